@@ -1,0 +1,85 @@
+# Copyright: benchgate contributors
+# Apache License 2.0 (see pyproject.toml)
+"""Print one line per host at the end of a benchgate play: from -> to, tokens/s, verdict."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: benchgate_summary
+type: aggregate
+short_description: Per-host summary of a benchgate upgrade
+description:
+  - At the end of the playbook, prints one line per host from the C(benchgate_summary)
+    statistic that the upgrade playbook sets with C(ansible.builtin.set_stats): the release
+    before and after, output tokens/s before and after, the verdict and whether the host
+    was rolled back.
+  - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
+    also written there as JSON.
+requirements:
+  - enable in ansible.cfg (callbacks_enabled = benchgate_summary)
+"""
+
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+
+def _tok(value: object) -> str:
+    try:
+        return f"{float(value):.1f}"  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "-"
+
+
+def _change(before: object, after: object) -> str:
+    try:
+        return f"{(float(after) / float(before) - 1.0) * 100.0:+.1f}%"  # type: ignore[arg-type]
+    except (TypeError, ValueError, ZeroDivisionError):
+        return "-"
+
+
+def format_summary(summary: dict) -> list[str]:
+    """Render the per-host summary as text lines (pure, for tests)."""
+    header = ("host", "release", "tok/s before", "tok/s after", "change", "verdict")
+    rows = [header]
+    for host in sorted(summary):
+        item = summary[host]
+        verdict = str(item.get("verdict", "?"))
+        if item.get("rolled_back") in (True, "True", "true"):
+            verdict += " (rolled back)"
+        rows.append((
+            host,
+            f"{item.get('from', '?')} -> {item.get('to', '?')}",
+            _tok(item.get("before_tok_s")),
+            _tok(item.get("after_tok_s")),
+            _change(item.get("before_tok_s"), item.get("after_tok_s")),
+            verdict,
+        ))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+             for row in rows]
+    for host in sorted(summary):
+        for reason in summary[host].get("reasons") or []:
+            lines.append(f"  {host}: {reason}")
+    return lines
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "benchgate_summary"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def v2_playbook_on_stats(self, stats):  # noqa: D102 - Ansible's hook
+        summary = (stats.custom.get("_run") or {}).get("benchgate_summary")
+        if not summary:
+            return
+        self._display.banner("BENCHGATE SUMMARY")
+        for line in format_summary(summary):
+            self._display.display(line)
+        path = os.environ.get("BENCHGATE_SUMMARY_FILE")
+        if path:
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(summary, handle, indent=2, sort_keys=True)

@@ -1,0 +1,203 @@
+# Copyright: benchgate contributors
+# Apache-2.0
+"""Filters that turn structured vLLM settings into a command line and an ExecStart= value.
+
+The logic lives in the ``benchgate`` package (``benchgate.serve``); these
+filters only check their input and translate errors into AnsibleFilterError.
+They need ``benchgate`` importable by the controller's Python.
+
+* ``vllm_serve_argv``: mapping of settings (executable, model, served_model_name,
+  host, port, tensor_parallel_size, max_model_len, dtype, extra_args,
+  speculative, cli) -> argv list of ``vllm serve``.
+* ``systemd_exec_quote``: argv list -> ExecStart= value that systemd splits back
+  into exactly that list (``%%`` and ``$$``, double quotes with C escapes, ``\\;``).
+* ``vllm_speculative_errors(target_tp=1, cli="config")``: speculative mapping ->
+  list of problems, empty when valid.
+* ``vllm_cli_generation``: stdout of ``vllm serve --help=all`` ->
+  ``{"speculative": "config" | "flags" | "none", "flags": [sorted long options]}``.
+
+Example (a task in the vllm_service role)::
+
+    ExecStart={{ {'executable': vllm_service_root ~ '/current/bin/vllm',
+                  'model': vllm_service_model, 'port': vllm_service_port,
+                  'speculative': vllm_service_speculative,
+                  'cli': __vllm_service_cli.speculative}
+                 | vllm_serve_argv | systemd_exec_quote }}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+_ARGV_KEYS = (
+    "executable",
+    "model",
+    "served_model_name",
+    "host",
+    "port",
+    "tensor_parallel_size",
+    "max_model_len",
+    "dtype",
+    "extra_args",
+    "speculative",
+    "cli",
+)
+_INT_SETTINGS = ("port", "tensor_parallel_size", "max_model_len")
+_INT_SPEC_KEYS = (
+    "num_speculative_tokens",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "draft_tensor_parallel_size",
+)
+
+
+def _serve() -> Any:
+    try:
+        from benchgate import serve
+    except ImportError as exc:
+        raise AnsibleFilterError(
+            "the vllm filters need the 'benchgate' Python package in the controller's Python "
+            "(ansible_playbook_python); install it there, e.g. `pip install -e .` in the "
+            f"benchgate checkout ({exc})"
+        ) from exc
+    return serve
+
+
+def _int_like(value: Any, what: str) -> Any:
+    """Accept '8000' for 8000: values from -e and inventories often arrive as strings."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        raise AnsibleFilterError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _spec(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError(
+            "speculative settings must be a mapping such as "
+            "{method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3} "
+            f"(or {{}} for off), got {type(value).__name__}"
+        )
+    out = dict(value)
+    for key in _INT_SPEC_KEYS:
+        if key in out:
+            out[key] = _int_like(out[key], key)
+    return out
+
+
+def vllm_serve_argv(settings: Any) -> list[str]:
+    """Mapping of settings -> argv list of ``vllm serve`` (see benchgate.serve.build_serve_argv)."""
+    serve = _serve()
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError(
+            "vllm_serve_argv expects a mapping with at least 'executable' and 'model', "
+            f"got {type(settings).__name__}"
+        )
+    unknown = sorted(set(settings) - set(_ARGV_KEYS))
+    if unknown:
+        raise AnsibleFilterError(
+            f"vllm_serve_argv: unknown setting(s) {', '.join(map(str, unknown))}; "
+            f"known: {', '.join(_ARGV_KEYS)} (put other vLLM options in extra_args)"
+        )
+    for required in ("executable", "model"):
+        if not settings.get(required):
+            raise AnsibleFilterError(f"vllm_serve_argv: '{required}' is required")
+    kwargs = {k: settings[k] for k in _ARGV_KEYS[2:] if k in settings}
+    for key in _INT_SETTINGS:
+        if key in kwargs:
+            kwargs[key] = _int_like(kwargs[key], key)
+    kwargs["speculative"] = _spec(kwargs.get("speculative"))
+    cli = kwargs.get("cli", "config")
+    if cli not in ("config", "flags", "none"):
+        raise AnsibleFilterError(
+            f"vllm_serve_argv: cli must be 'config', 'flags' or 'none' (from the "
+            f"vllm_cli_generation filter), got {cli!r}"
+        )
+    tp = kwargs.get("tensor_parallel_size") or 1
+    try:
+        errors = serve.validate_speculative(
+            kwargs["speculative"],
+            target_tp=tp,
+            path_exists=lambda _path: True,  # the controller cannot see the target's files
+            cli=cli,
+        )
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_serve_argv: {exc}") from exc
+    if errors:
+        raise AnsibleFilterError(
+            "vllm_serve_argv: invalid speculative settings: " + "; ".join(errors)
+        )
+    try:
+        return list(serve.build_serve_argv(settings["executable"], settings["model"], **kwargs))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_serve_argv: {exc}") from exc
+
+
+def systemd_exec_quote(argv: Any) -> str:
+    """argv list -> ExecStart= value (see benchgate.serve.systemd_quote_argv)."""
+    serve = _serve()
+    if isinstance(argv, str) or not isinstance(argv, Sequence):
+        raise AnsibleFilterError(
+            "systemd_exec_quote expects a list of words (e.g. the output of vllm_serve_argv), "
+            f"got {type(argv).__name__}"
+        )
+    words = []
+    for word in argv:
+        if isinstance(word, bool) or not isinstance(word, (str, int, float)):
+            raise AnsibleFilterError(
+                f"systemd_exec_quote: every item must be a string, got {word!r}"
+            )
+        words.append(str(word))
+    try:
+        return str(serve.systemd_quote_argv(words))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"systemd_exec_quote: {exc}") from exc
+
+
+def vllm_speculative_errors(spec: Any, target_tp: Any = 1, cli: str = "config") -> list[str]:
+    """Speculative config (+ target TP, CLI generation) -> list of problems; [] when valid.
+
+    Draft paths are not checked here (the controller cannot see the target's
+    files); the role checks them on the target with ansible.builtin.stat.
+    """
+    serve = _serve()
+    if spec is not None and not isinstance(spec, (str, Mapping)):
+        return [f"speculative settings must be a mapping (or {{}} for off), got {spec!r}"]
+    spec = _spec(spec) if isinstance(spec, Mapping) else spec
+    tp = _int_like(target_tp, "target tensor_parallel_size")
+    return list(
+        serve.validate_speculative(spec, target_tp=tp, path_exists=lambda _path: True, cli=cli)
+    )
+
+
+def vllm_cli_generation(help_text: Any) -> dict[str, Any]:
+    """Help text of ``vllm serve --help=all`` -> {'speculative': ..., 'flags': [sorted options]}."""
+    serve = _serve()
+    if not isinstance(help_text, str):
+        raise AnsibleFilterError(
+            "vllm_cli_generation expects the stdout of `vllm serve --help=all` as a string"
+        )
+    try:
+        found = serve.detect_cli_generation(help_text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_cli_generation: {exc}") from exc
+    # A list, not a set: facts and templates need JSON-able values.
+    return {"speculative": found["speculative"], "flags": sorted(found["flags"])}
+
+
+class FilterModule:
+    """vLLM command line and systemd quoting filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "vllm_serve_argv": vllm_serve_argv,
+            "systemd_exec_quote": systemd_exec_quote,
+            "vllm_speculative_errors": vllm_speculative_errors,
+            "vllm_cli_generation": vllm_cli_generation,
+        }

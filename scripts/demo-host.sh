@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Start (or reuse) a local podman container with systemd as PID 1 that plays a
+# GPU-less vLLM host: the embedded demo target, and the molecule instances' twin.
+#   scripts/demo-host.sh [NAME]      start NAME (default benchgate-demo)
+#   scripts/demo-host.sh --rm [NAME] remove it
+set -euo pipefail
+source "$(dirname "$0")/podman-env.sh"
+
+if [ "${1:-}" = "--rm" ]; then
+  podman rm -f "${2:-benchgate-demo}" >/dev/null 2>&1 || true
+  exit 0
+fi
+name="${1:-benchgate-demo}"
+cache="${BENCHGATE_ROOT}/.cache"
+mkdir -p "${cache}/models" "${cache}/pip-target"
+
+if [ "$(podman container inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = "true" ]; then
+  echo "demo host $name is running"
+  exit 0
+fi
+podman rm -f "$name" >/dev/null 2>&1 || true
+# The controller's CA bundle: where package traffic passes a TLS-inspecting
+# proxy, the host must trust the same CA (inventory: PIP_CERT).
+# models: read-only, as a model share would be; pip-target: a pip cache that
+# survives the container, so repeated demo runs do not download vLLM again.
+# SYS_ADMIN lets systemd set up the per-service namespaces that the unit's
+# hardening asks for (ProtectSystem, PrivateTmp, ...), as it can on a real host.
+podman run -d --name "$name" --hostname "$name" --systemd=always --cap-add SYS_ADMIN \
+  -v "${cache}/models:/srv/models:ro" \
+  -v "${cache}/pip-target:/root/.cache/pip" \
+  -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/benchgate-controller-ca.crt:ro \
+  "$BENCHGATE_IMAGE" >/dev/null
+for _ in $(seq 1 60); do
+  state=$(podman exec "$name" systemctl is-system-running 2>/dev/null || true)
+  case "$state" in running|degraded) echo "demo host $name: systemd $state"; exit 0 ;; esac
+  sleep 1
+done
+echo "demo host $name: systemd did not come up (state: ${state:-unknown})" >&2
+exit 1

@@ -1,0 +1,255 @@
+"""Run a workload against a server: discover, warm up, measure trials.
+
+``run_benchmark`` is what the CLI, the Ansible module and the roles call.
+
+Target-side code: keep it Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from . import __version__
+from .client import RequestRecord, make_client, run_requests
+from .metrics import Snapshot, diff, scrape
+from .results import Result, Target, Trial, WorkloadInfo, build_trial, summarize, utc_now
+from .workload import Workload, WorkloadError, build_prompts, workload_from_any
+
+
+class BenchmarkError(RuntimeError):
+    """The benchmark could not start (server unreachable, no model, bad workload)."""
+
+
+@dataclass
+class Progress:
+    """A progress event: ``phase`` is ``discover``, ``warmup``, ``trial`` or ``done``."""
+
+    phase: str
+    trial: int  # 0-based trial index; -1 outside trials
+    done: int
+    total: int
+    record: RequestRecord | None = None
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _root_url(base_url: str) -> str:
+    url = base_url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+async def discover(
+    client: httpx.AsyncClient, base_url: str, api_key: str | None
+) -> tuple[str, str | None]:
+    """(first served model id, server version or None)."""
+    root = _root_url(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = await client.get(f"{root}/v1/models", headers=headers, timeout=30.0)
+    except httpx.HTTPError as exc:
+        raise BenchmarkError(f"cannot reach {root}/v1/models: {type(exc).__name__}: {exc}") from exc
+    if resp.status_code != 200:
+        raise BenchmarkError(f"{root}/v1/models answered HTTP {resp.status_code}")
+    try:
+        models = [m["id"] for m in resp.json()["data"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchmarkError(f"{root}/v1/models: unexpected answer {resp.text[:200]!r}") from exc
+    if not models:
+        raise BenchmarkError(f"{root}/v1/models lists no model")
+    return models[0], await server_version(client, base_url)
+
+
+async def server_version(client: httpx.AsyncClient, base_url: str) -> str | None:
+    try:
+        resp = await client.get(f"{_root_url(base_url)}/version", timeout=10.0)
+        if resp.status_code == 200:
+            version = resp.json().get("version")
+            return str(version) if version is not None else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _counting(
+    report: ProgressFn, phase: str, trial: int, total: int
+) -> Callable[[RequestRecord], None]:
+    done = [0]
+
+    def on_done(rec: RequestRecord) -> None:
+        done[0] += 1
+        report(Progress(phase, trial, done[0], total, rec))
+
+    return on_done
+
+
+async def run_benchmark_async(
+    base_url: str,
+    workload: Workload,
+    model: str | None = None,
+    api_key: str | None = None,
+    progress: ProgressFn | None = None,
+) -> Result:
+    def report(event: Progress) -> None:
+        if progress is not None:
+            progress(event)
+
+    # Build every prompt first: a bad prompt file fails before any load is sent.
+    warm_prompts = build_prompts(workload, workload.warmup, offset=0) if workload.warmup else []
+    n = workload.num_requests
+    trial_prompts = [
+        build_prompts(workload, n, offset=workload.warmup + i * n) for i in range(workload.trials)
+    ]
+    client = make_client(workload.concurrency + 2, workload.timeout_s)
+    async with client:
+        report(Progress("discover", -1, 0, 1))
+        if model is None:
+            model, version = await discover(client, base_url, api_key)
+        else:
+            version = await server_version(client, base_url)
+        if warm_prompts:
+            report(Progress("warmup", -1, 0, len(warm_prompts)))
+            await run_requests(
+                client,
+                base_url,
+                model,
+                workload,
+                warm_prompts,
+                api_key,
+                _counting(report, "warmup", -1, len(warm_prompts)),
+            )
+        trials: list[Trial] = []
+        for index, prompts in enumerate(trial_prompts):
+            on_done = _counting(report, "trial", index, len(prompts))
+            report(Progress("trial", index, 0, len(prompts)))
+            before: Snapshot = await scrape(client, base_url, time.perf_counter())
+            run = await run_requests(
+                client,
+                base_url,
+                model,
+                workload,
+                prompts,
+                api_key,
+                on_done,
+                seed=workload.prompts.seed + index,
+            )
+            after: Snapshot = await scrape(client, base_url, time.perf_counter())
+            server = diff(before, after).to_dict()
+            trials.append(
+                build_trial(
+                    index,
+                    run.records,
+                    run.duration_s,
+                    run.started_at,
+                    workload.max_error_rate,
+                    server,
+                )
+            )
+    report(Progress("done", -1, len(trials), len(trials)))
+    return Result(
+        target=Target(base_url=base_url, model=model, server_version=version),
+        workload=WorkloadInfo(
+            name=workload.name,
+            version=workload.version,
+            hash=workload.hash,
+            params=workload.to_dict(),
+        ),
+        trials=trials,
+        summary=summarize(trials),
+        created_at=utc_now(),
+        client={
+            "name": "benchgate",
+            "version": __version__,
+            "python": platform.python_version(),
+            "httpx": httpx.__version__,
+        },
+    )
+
+
+def run_benchmark(
+    base_url: str,
+    workload: Workload | str | Path | Mapping[str, Any],
+    model: str | None = None,
+    api_key: str | None = None,
+    progress: ProgressFn | None = None,
+) -> Result:
+    """Benchmark ``base_url`` with ``workload`` (a Workload, a file path or name, or a dict).
+
+    Raises :class:`BenchmarkError` when the benchmark cannot start and
+    :class:`benchgate.workload.WorkloadError` for a bad workload.  Failed
+    requests do not raise: they make trials invalid.
+    """
+    wl = workload_from_any(workload)
+    return asyncio.run(run_benchmark_async(base_url, wl, model, api_key, progress))
+
+
+# --------------------------------------------------------------- Ansible module glue
+
+MODULE_OVERRIDES = ("concurrency", "num_requests", "trials", "input_len", "output_len", "warmup")
+
+
+def workload_from_module_params(params: Mapping[str, Any]) -> Workload:
+    """The workload the ``vllm_benchmark`` module's parameters describe."""
+    workload = workload_from_any(params["workload"])
+    overrides = {key: params.get(key) for key in MODULE_OVERRIDES}
+    if params.get("timeout") is not None:
+        overrides["timeout_s"] = float(params["timeout"])
+    return workload.with_overrides(**overrides)
+
+
+def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
+    """Everything the ``vllm_benchmark`` module does, minus Ansible.
+
+    Returns the keyword arguments for ``exit_json``; raises BenchmarkError or
+    WorkloadError (the module turns them into ``fail_json``).  Check mode
+    validates the workload and sends no load.
+    """
+    workload = workload_from_module_params(params)
+    base = {
+        "changed": False,
+        "workload": {"name": workload.name, "version": workload.version, "hash": workload.hash},
+    }
+    if check_mode:
+        base.update(skipped=True, msg="check mode: workload is valid; no load sent")
+        return base
+    result = run_benchmark(params["base_url"], workload, params.get("model"), params.get("api_key"))
+    data = result.to_dict()
+    output_path = params.get("output_path")
+    if output_path:
+        path = Path(output_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    valid = result.summary.valid_trials
+    base.update(
+        msg=f"{valid}/{len(result.trials)} valid trials",
+        all_valid=result.all_valid,
+        valid_trials=valid,
+        summary=data["summary"],
+        target=data["target"],
+        output_path=output_path,
+        result=data if params.get("include_requests") else result.to_dict(include_requests=False),
+    )
+    return base
+
+
+__all__ = [
+    "BenchmarkError",
+    "Progress",
+    "WorkloadError",
+    "module_run",
+    "run_benchmark",
+    "run_benchmark_async",
+    "workload_from_module_params",
+]

@@ -1,0 +1,262 @@
+"""The ``benchgate`` command line.
+
+Subcommands live in ``COMMANDS``: each has a function that adds its arguments
+to a sub-parser and a function that runs it and returns the exit status.  To
+add one (``judge``, ``history``, ``advise``), write ``_add_<name>`` and
+``_run_<name>`` (or import them from your module) and add a ``Command`` entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, cli_advise, cli_gate
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# --------------------------------------------------------------------------- bench
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # could not run (unreachable server, bad workload)
+EXIT_INVALID = 2  # ran, but at least one trial is invalid
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", required=True, help="server URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--workload", required=True, help="workload file, or a name looked up in workloads/"
+    )
+    p.add_argument("--model", help="model name to request (default: first of GET /v1/models)")
+    p.add_argument("--concurrency", type=int, help="override: requests in flight")
+    p.add_argument("--num-requests", type=int, help="override: requests per trial")
+    p.add_argument("--trials", type=int, help="override: number of trials")
+    p.add_argument("--input-len", type=int, help="override: approximate prompt tokens")
+    p.add_argument("--output-len", type=int, help="override: output tokens (max_tokens)")
+    p.add_argument("--warmup", type=int, help="override: warm-up requests")
+    p.add_argument("--request-rate", type=float, help="override: requests/s (Poisson)")
+    p.add_argument("--timeout", type=float, help="override: per-request timeout in seconds")
+    p.add_argument(
+        "--api-key-file", type=Path, help="file holding the API key (sent as a Bearer token)"
+    )
+    p.add_argument("--output", "-o", type=Path, help="write the result JSON here")
+    p.add_argument("--no-requests", action="store_true", help="leave per-request records out")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no table")
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def summary_rows(result: Any) -> list[tuple[str, str, str, str]]:
+    """(metric, per-trial values, median, better) rows for the summary table."""
+    rows = []
+    for name, metric in result.summary.metrics.items():
+        per_trial = " ".join(_fmt(v, 2 if abs(v) < 10 else 1) for v in metric.samples)
+        median = metric.median
+        rows.append(
+            (
+                name,
+                per_trial,
+                _fmt(median, 2 if median is not None and abs(median) < 10 else 1),
+                metric.better,
+            )
+        )
+    return rows
+
+
+def _print_result(result: Any, console: Any) -> None:
+    from rich.table import Table
+
+    wl = result.workload
+    tgt = result.target
+    console.print(
+        f"[bold]{tgt.base_url}[/] model [bold]{tgt.model}[/] "
+        f"vLLM {tgt.server_version or '?'} | workload [bold]{wl.name}[/] v{wl.version} "
+        f"({wl.hash[:12]})"
+    )
+    trials = Table(title="Trials", show_lines=False)
+    for col in (
+        "trial",
+        "valid",
+        "requests",
+        "failed",
+        "duration s",
+        "out tok/s",
+        "server tok/s",
+        "diff %",
+        "TTFT p50 ms",
+        "TPOT p50 ms",
+    ):
+        trials.add_column(col, justify="right")
+    for t in result.trials:
+        m = t.metrics
+        a = t.agreement
+        trials.add_row(
+            str(t.index),
+            "yes" if t.valid else f"[red]no[/]: {t.invalid_reason}",
+            str(t.num_requests),
+            str(t.failed),
+            _fmt(t.duration_s, 2),
+            _fmt(m.output_tokens_per_s if m else None),
+            _fmt(a.server_generation_tokens_per_s if a else None),
+            _fmt(a.tokens_per_s_diff_pct if a else None, 2),
+            _fmt(m.ttft_ms.median if m and m.ttft_ms else None, 2),
+            _fmt(m.tpot_ms.median if m and m.tpot_ms else None, 2),
+        )
+    console.print(trials)
+    table = Table(title=f"Summary over {result.summary.valid_trials} valid trial(s)")
+    table.add_column("metric")
+    table.add_column("per trial", justify="right")
+    table.add_column("median", justify="right")
+    table.add_column("better")
+    for row in summary_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    for t in result.trials:
+        spec = t.server.get("spec_decode") if t.server.get("ok") else None
+        if spec:
+            per_pos = ", ".join(f"{v:.0%}" for v in spec["per_position_acceptance"])
+            console.print(
+                f"trial {t.index}: speculative acceptance {_fmt(spec['acceptance_rate'], 3)}, "
+                f"mean acceptance length {_fmt(spec['mean_acceptance_length'], 2)}, "
+                f"per position [{per_pos}]"
+            )
+        if not t.server.get("ok"):
+            console.print(
+                f"trial {t.index}: server metrics: {t.server.get('error')} "
+                f"({t.server.get('detail')})"
+            )
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from .bench import BenchmarkError, Progress, run_benchmark
+    from .workload import WorkloadError, load_workload
+
+    err = sys.stderr
+    try:
+        workload = load_workload(args.workload).with_overrides(
+            concurrency=args.concurrency,
+            num_requests=args.num_requests,
+            trials=args.trials,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            warmup=args.warmup,
+            request_rate=args.request_rate,
+            timeout_s=args.timeout,
+        )
+    except WorkloadError as exc:
+        print(f"benchgate bench: {exc}", file=err)
+        return EXIT_ERROR
+    api_key = None
+    if args.api_key_file:
+        try:
+            api_key = args.api_key_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            print(f"benchgate bench: cannot read --api-key-file: {exc}", file=err)
+            return EXIT_ERROR
+
+    console = None
+    bar: Any = None
+    tasks: dict[str, Any] = {}
+    if not args.quiet:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        console = Console(stderr=False)
+        bar = Bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[errors]} errors"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+
+    errors: dict[str, int] = {}
+
+    def progress(ev: Progress) -> None:
+        if bar is None or ev.phase in ("discover", "done"):
+            return
+        key = "warm-up" if ev.phase == "warmup" else f"trial {ev.trial + 1}/{workload.trials}"
+        if key not in tasks:
+            tasks[key] = bar.add_task(key, total=ev.total, errors=0)
+            errors[key] = 0
+        if ev.record is not None and not ev.record.ok:
+            errors[key] += 1
+        bar.update(tasks[key], completed=ev.done, errors=errors[key])
+
+    try:
+        if bar is not None:
+            with bar:
+                result = run_benchmark(args.base_url, workload, args.model, api_key, progress)
+        else:
+            result = run_benchmark(args.base_url, workload, args.model, api_key)
+    except BenchmarkError as exc:
+        print(f"benchgate bench: {exc}", file=err)
+        return EXIT_ERROR
+    except WorkloadError as exc:
+        print(f"benchgate bench: {exc}", file=err)
+        return EXIT_ERROR
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        data = result.to_dict(include_requests=not args.no_requests)
+        args.output.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    if console is not None:
+        _print_result(result, console)
+        if args.output:
+            console.print(f"result written to {args.output}")
+    return EXIT_OK if result.all_valid else EXIT_INVALID
+
+
+# --------------------------------------------------------------------------- table
+
+COMMANDS: dict[str, Command] = {
+    "bench": Command(
+        help="benchmark a running server with a workload, print and save the result",
+        add_arguments=_add_bench,
+        run=_run_bench,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="benchgate", description="Pinned vLLM upgrades, re-benchmarked and gated."
+    )
+    parser.add_argument("--version", action="version", version=f"benchgate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, command in COMMANDS.items():
+        sp = sub.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(sp)
+        sp.set_defaults(_run=command.run)
+    cli_gate.register(sub)  # judge, record, history (benchgate.cli_gate)
+    cli_advise.register(sub)  # advise (benchgate.cli_advise)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""``benchgate judge``, ``benchgate record`` and ``benchgate history``.
+
+The judge's exit status is the verdict, for shell and CI use:
+0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 bad input (unreadable file, unknown metric).
+argparse's own usage errors also exit 2, so a mistyped command never reads as
+a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+from . import ledger, stats
+
+EXIT_CODES = {stats.PASS: 0, stats.FAIL: 1, stats.INCONCLUSIVE: 2}
+EXIT_BAD_INPUT = 3
+
+
+class InputError(Exception):
+    """A file or argument the user has to fix."""
+
+
+def load_json(path: str | Path) -> dict[str, Any]:
+    """Read a JSON object from ``path`` (``-`` for stdin)."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a JSON object")
+    return data
+
+
+def _threshold(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected METRIC=PCT (e.g. ttft_ms=10), got {text!r}"
+        ) from None
+
+
+def _split_metrics(values: Sequence[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    out: list[str] = []
+    for v in values:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[list[stats.MetricSpec], stats.GateConfig]:
+    try:
+        specs = stats.make_specs(
+            metrics=_split_metrics(args.metric),
+            max_regression_pct=args.max_regression_pct,
+            thresholds=dict(args.threshold or []),
+            critical=_split_metrics(args.critical),
+        )
+        config = stats.GateConfig(
+            alpha=args.alpha,
+            min_trials=args.min_trials,
+            noncritical_fail=args.noncritical,
+            fail_requires_bound=args.fail_requires_bound,
+            latency_stat=args.latency_stat,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    return specs, config
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except (InputError, ValueError, sqlite3.Error, RuntimeError) as exc:
+            print(f"benchgate {args.command_name}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+@_guard
+def cmd_judge(args: argparse.Namespace) -> int:
+    """Judge candidate vs baseline; print the table; exit with the verdict."""
+    baseline = load_json(args.baseline)
+    candidate = load_json(args.candidate)
+    specs, config = config_from_args(args)
+    verdict = stats.judge_results(baseline, candidate, specs, config)
+    data = verdict.to_dict()
+    if args.output:
+        Path(args.output).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(stats.render_table(verdict))
+    return EXIT_CODES[verdict.verdict]
+
+
+@_guard
+def cmd_record(args: argparse.Namespace) -> int:
+    """Store a result (and optionally its verdict) in the ledger."""
+    result = load_json(args.result)
+    run_id = ledger.record_result(
+        args.db, result, host=args.host, phase=args.phase, release=args.release
+    )
+    out: dict[str, Any] = {"run_id": run_id}
+    if args.verdict:
+        verdict = load_json(args.verdict)
+        out["verdict_id"] = ledger.record_verdict(
+            args.db,
+            verdict,
+            host=args.host,
+            release=args.release,
+            phase=args.phase,
+            candidate_run_id=run_id,
+        )
+    print(json.dumps(out))
+    return 0
+
+
+def _history_table(records: Sequence[ledger.VerdictRecord]) -> str:
+    if not records:
+        return "no verdicts recorded"
+    rows = [("when (UTC)", "host", "release", "from", "phase", "verdict", "first reason")]
+    for r in records:
+        reason = r.reasons[0] if r.reasons else ""
+        if len(reason) > 90:
+            reason = reason[:89] + "…"
+        rows.append(
+            (
+                r.recorded_at[:19].replace("T", " "),
+                r.host,
+                r.release or "-",
+                r.baseline_release or "-",
+                r.phase or "-",
+                r.verdict,
+                reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+@_guard
+def cmd_history(args: argparse.Namespace) -> int:
+    """List recorded verdicts, newest first (or the latest per host)."""
+    if not Path(args.db).exists():
+        raise InputError(f"no ledger at {args.db}")
+    if args.latest:
+        latest = ledger.latest_verdicts(args.db, [args.host] if args.host else None)
+        records = list(latest.values())
+    else:
+        records = ledger.history(
+            args.db, host=args.host, release=args.release, since=args.since, limit=args.limit
+        )
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+    else:
+        print(_history_table(records))
+    return 0
+
+
+def _add_judge(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "judge",
+        help="judge a candidate result against a baseline result",
+        description=(
+            "Judge a candidate benchmark result against a baseline. Exit status: "
+            "0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 bad input."
+        ),
+    )
+    p.add_argument("--baseline", required=True, help="baseline result JSON (- for stdin)")
+    p.add_argument("--candidate", required=True, help="candidate result JSON")
+    p.add_argument(
+        "--max-regression-pct",
+        type=float,
+        default=5.0,
+        help="largest tolerated regression in percent (default: %(default)s)",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        help="metric to judge; repeat or comma-separate "
+        f"(default: {', '.join(stats.DEFAULT_METRICS)})",
+    )
+    p.add_argument(
+        "--threshold",
+        action="append",
+        type=_threshold,
+        metavar="METRIC=PCT",
+        help="per-metric limit, e.g. ttft_ms=10 (repeatable)",
+    )
+    p.add_argument(
+        "--critical",
+        action="append",
+        help=f"critical metric (repeatable; default: {', '.join(stats.DEFAULT_CRITICAL)})",
+    )
+    p.add_argument(
+        "--noncritical",
+        choices=("fail", "warn"),
+        default="fail",
+        help="what a FAIL of a non-critical metric does (default: %(default)s)",
+    )
+    p.add_argument("--alpha", type=float, default=0.05, help="significance (default: 0.05)")
+    p.add_argument("--min-trials", type=int, default=3, help="valid trials per side (default: 3)")
+    p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
+    p.add_argument(
+        "--fail-requires-bound",
+        action="store_true",
+        help="FAIL only when the whole confidence interval is beyond the limit",
+    )
+    p.add_argument("--output", help="write the verdict JSON here")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(_run=cmd_judge, command_name="judge")
+
+
+def _add_record(subparsers: Any) -> None:
+    p = subparsers.add_parser("record", help="store a result (and its verdict) in the ledger")
+    p.add_argument("--db", required=True, help="SQLite ledger path (created if missing)")
+    p.add_argument("--host", required=True)
+    p.add_argument("--phase", required=True, help="arm label: baseline, candidate, spec:...")
+    p.add_argument("--result", required=True, help="result JSON")
+    p.add_argument("--verdict", help="verdict JSON from 'benchgate judge --output'")
+    p.add_argument("--release", help="vLLM release (default: read from the result)")
+    p.set_defaults(_run=cmd_record, command_name="record")
+
+
+def _add_history(subparsers: Any) -> None:
+    p = subparsers.add_parser("history", help="list recorded verdicts")
+    p.add_argument("--db", required=True, help="SQLite ledger path")
+    p.add_argument("--host")
+    p.add_argument("--release")
+    p.add_argument("--since", help="ISO-8601 UTC time, e.g. 2025-01-31 or 2025-01-31T12:00")
+    p.add_argument("--limit", type=int, default=20, help="at most N rows (default: 20)")
+    p.add_argument("--latest", action="store_true", help="only the latest verdict per host")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(_run=cmd_history, command_name="history")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``judge``, ``record`` and ``history`` to a ``add_subparsers()`` object.
+
+    Each sub-parser sets ``_run`` (``args -> exit status``, as ``benchgate.cli``
+    dispatches) and ``command_name``.
+    """
+    _add_judge(subparsers)
+    _add_record(subparsers)
+    _add_history(subparsers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry (``python -m benchgate.cli_gate``), same commands."""
+    parser = argparse.ArgumentParser(prog="benchgate")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args._run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,491 @@
+"""The ledger: every measurement and verdict, in SQLite on the controller.
+
+Three tables: ``runs`` (one benchmark result: host, model, hardware, vLLM
+release, unit/config hash, workload, phase/arm label), ``trials`` (one row per
+trial of a run, with its metrics as JSON) and ``verdicts`` (one judge outcome,
+pointing at the baseline and candidate runs when known). ``schema_version``
+holds the applied migrations; :func:`connect` applies the missing ones, so an
+old ledger file is upgraded in place.
+
+Only the standard library is used (sqlite3); timestamps are UTC ISO-8601
+strings, which sort and compare as text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Union
+
+DbLike = Union[str, Path, sqlite3.Connection]
+
+#: Ordered migrations; index + 1 is the schema version each one produces.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at     TEXT NOT NULL,
+        started_at      TEXT,
+        finished_at     TEXT,
+        host            TEXT NOT NULL,
+        phase           TEXT NOT NULL,
+        model           TEXT,
+        release         TEXT,
+        hardware_json   TEXT,
+        unit_hash       TEXT,
+        workload_name   TEXT,
+        workload_hash   TEXT,
+        schema          TEXT,
+        summary_json    TEXT,
+        result_sha256   TEXT NOT NULL
+    );
+    CREATE INDEX runs_host_time ON runs (host, recorded_at);
+    CREATE INDEX runs_release ON runs (release);
+    CREATE TABLE trials (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id          INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        idx             INTEGER NOT NULL,
+        valid           INTEGER NOT NULL,
+        metrics_json    TEXT NOT NULL,
+        UNIQUE (run_id, idx)
+    );
+    CREATE TABLE verdicts (
+        id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at         TEXT NOT NULL,
+        host                TEXT NOT NULL,
+        release             TEXT,
+        baseline_release    TEXT,
+        phase               TEXT,
+        verdict             TEXT NOT NULL CHECK (verdict IN ('PASS', 'FAIL', 'INCONCLUSIVE')),
+        reasons_json        TEXT NOT NULL,
+        details_json        TEXT,
+        baseline_run_id     INTEGER REFERENCES runs (id),
+        candidate_run_id    INTEGER REFERENCES runs (id)
+    );
+    CREATE INDEX verdicts_host_time ON verdicts (host, recorded_at);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def utcnow() -> str:
+    """Current UTC time as ISO-8601 with seconds and a ``Z``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply missing migrations; return the schema version now in force.
+
+    Runs in one ``BEGIN IMMEDIATE`` transaction, so two controllers opening a
+    new ledger at once cannot both apply the same migration. ``conn`` must be
+    in autocommit mode (``isolation_level=None``), as :func:`connect` makes it.
+    """
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version "
+        "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+        current = int(row[0])
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"ledger schema version {current} is newer than this benchgate "
+                f"({SCHEMA_VERSION}); upgrade benchgate on the controller"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                (version, utcnow()),
+            )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return SCHEMA_VERSION
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """Open (creating parent folders and the file) and migrate a ledger."""
+    p = Path(path)
+    if str(p) != ":memory:":
+        p.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(p), isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 10000")
+    migrate(conn)
+    return conn
+
+
+@contextmanager
+def _open(db: DbLike) -> Iterator[sqlite3.Connection]:
+    if isinstance(db, sqlite3.Connection):
+        yield db
+        return
+    conn = connect(db)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """All statements inside commit together or not at all."""
+    if conn.in_transaction:  # the caller's transaction: theirs to commit
+        yield conn
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# --------------------------------------------------------------------------
+# Reading what a result says about itself (benchgate.result/1, tolerant)
+# --------------------------------------------------------------------------
+
+
+def _first(result: Mapping[str, Any], *paths: str) -> Any:
+    """First non-empty value among dotted ``paths`` in ``result``."""
+    for path in paths:
+        node: Any = result
+        for part in path.split("."):
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                node = None
+                break
+        if node not in (None, "", {}, []):
+            return node
+    return None
+
+
+def result_metadata(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Host, model, release, hardware, unit hash and workload read from a result."""
+    workload = result.get("workload")
+    workload_name = _first(result, "workload.name", "workload_name")
+    if workload_name is None and isinstance(workload, str):
+        workload_name = workload
+    return {
+        "host": _first(result, "host", "target.host", "server.host"),
+        "model": _first(result, "model", "server.model", "target.model", "workload.model"),
+        "release": _first(
+            result,
+            "vllm_version",
+            "release",
+            "server.vllm_version",
+            "server.version",
+            "target.vllm_version",
+            "target.server_version",
+        ),
+        "hardware": _first(result, "hardware", "server.hardware", "target.hardware"),
+        "unit_hash": _first(result, "unit_hash", "config_hash", "server.unit_hash"),
+        "workload_name": workload_name,
+        "workload_hash": _first(result, "workload.hash", "workload.sha256", "workload_hash"),
+        "started_at": _first(result, "started_at", "created_at"),
+        "finished_at": _first(result, "finished_at", "end_time"),
+        "schema": _first(result, "schema"),
+    }
+
+
+def _summary(result: Mapping[str, Any]) -> Any:
+    return _first(result, "summary", "aggregate")
+
+
+def _trial_rows(result: Mapping[str, Any]) -> list[tuple[int, bool, Any]]:
+    trials = result.get("trials")
+    if not isinstance(trials, list):
+        return []
+    rows = []
+    for i, trial in enumerate(trials):
+        if not isinstance(trial, Mapping):
+            continue
+        valid = trial.get("valid")
+        if valid is None:
+            valid = not trial.get("error") and not trial.get("errors")
+        idx = trial.get("index", i)
+        rows.append((int(idx) if isinstance(idx, int) else i, valid is True, trial.get("metrics")))
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+
+def record_result(
+    db: DbLike,
+    result: Mapping[str, Any],
+    *,
+    host: str | None = None,
+    phase: str,
+    release: str | None = None,
+    model: str | None = None,
+    hardware: Any = None,
+    unit_hash: str | None = None,
+    workload_name: str | None = None,
+    workload_hash: str | None = None,
+    recorded_at: str | None = None,
+) -> int:
+    """Store one benchmark result and its trials; return the run id.
+
+    Explicit arguments win over what the result says about itself. ``phase``
+    is the arm label: ``baseline``, ``candidate``, ``spec:ngram-k3``, ...
+    """
+    meta = result_metadata(result)
+    host = host or meta["host"]
+    if not host:
+        raise ValueError("record_result needs a host (argument or 'host' in the result)")
+    if not phase:
+        raise ValueError("record_result needs a phase label, e.g. 'baseline' or 'candidate'")
+    hw = hardware if hardware is not None else meta["hardware"]
+    digest = hashlib.sha256(_dumps(result).encode()).hexdigest()
+    summary = _summary(result)
+    with _open(db) as conn, _transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO runs (recorded_at, started_at, finished_at, host, phase, model, "
+            "release, hardware_json, unit_hash, workload_name, workload_hash, schema, "
+            "summary_json, result_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                recorded_at or utcnow(),
+                meta["started_at"],
+                meta["finished_at"],
+                host,
+                phase,
+                model or meta["model"],
+                release or meta["release"],
+                None if hw is None else _dumps(hw),
+                unit_hash or meta["unit_hash"],
+                workload_name or meta["workload_name"],
+                workload_hash or meta["workload_hash"],
+                meta["schema"],
+                None if summary is None else _dumps(summary),
+                digest,
+            ),
+        )
+        run_id = int(cur.lastrowid or 0)
+        seen: set[int] = set()
+        for idx, valid, metrics in _trial_rows(result):
+            while idx in seen:  # duplicate indexes in a hand-made file: keep both
+                idx += 1
+            seen.add(idx)
+            conn.execute(
+                "INSERT INTO trials (run_id, idx, valid, metrics_json) VALUES (?, ?, ?, ?)",
+                (run_id, idx, int(valid), _dumps(metrics if metrics is not None else {})),
+            )
+    return run_id
+
+
+def record_verdict(
+    db: DbLike,
+    verdict: Mapping[str, Any],
+    *,
+    host: str,
+    release: str | None = None,
+    baseline_release: str | None = None,
+    phase: str | None = None,
+    baseline_run_id: int | None = None,
+    candidate_run_id: int | None = None,
+    recorded_at: str | None = None,
+) -> int:
+    """Store one verdict (``Verdict.to_dict()`` or the same shape); return its id."""
+    name = str(verdict.get("verdict", "")).upper()
+    if name not in ("PASS", "FAIL", "INCONCLUSIVE"):
+        raise ValueError(f"verdict must be PASS, FAIL or INCONCLUSIVE, got {name!r}")
+    if not host:
+        raise ValueError("record_verdict needs a host")
+    reasons = verdict.get("reasons") or []
+    details = {k: v for k, v in verdict.items() if k not in ("verdict", "reasons")}
+    with _open(db) as conn, _transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO verdicts (recorded_at, host, release, baseline_release, phase, verdict, "
+            "reasons_json, details_json, baseline_run_id, candidate_run_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                recorded_at or utcnow(),
+                host,
+                release,
+                baseline_release,
+                phase,
+                name,
+                _dumps(list(reasons)),
+                _dumps(details),
+                baseline_run_id,
+                candidate_run_id,
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+
+# --------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    recorded_at: str
+    host: str
+    phase: str
+    model: str | None
+    release: str | None
+    hardware: Any
+    unit_hash: str | None
+    workload_name: str | None
+    workload_hash: str | None
+    summary: Any
+    trials: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class VerdictRecord:
+    id: int
+    recorded_at: str
+    host: str
+    release: str | None
+    baseline_release: str | None
+    phase: str | None
+    verdict: str
+    reasons: list[str]
+    details: dict[str, Any]
+    baseline_run_id: int | None
+    candidate_run_id: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _where(
+    host: str | None, release: str | None, since: str | None, phase: str | None = None
+) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    args: list[Any] = []
+    for column, value in (("host", host), ("release", release), ("phase", phase)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    if since is not None:
+        clauses.append("recorded_at >= ?")
+        args.append(since.strip().replace(" ", "T"))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def _verdict_row(row: sqlite3.Row) -> VerdictRecord:
+    return VerdictRecord(
+        id=row["id"],
+        recorded_at=row["recorded_at"],
+        host=row["host"],
+        release=row["release"],
+        baseline_release=row["baseline_release"],
+        phase=row["phase"],
+        verdict=row["verdict"],
+        reasons=_loads(row["reasons_json"]) or [],
+        details=_loads(row["details_json"]) or {},
+        baseline_run_id=row["baseline_run_id"],
+        candidate_run_id=row["candidate_run_id"],
+    )
+
+
+def runs(
+    db: DbLike,
+    *,
+    host: str | None = None,
+    release: str | None = None,
+    phase: str | None = None,
+    since: str | None = None,
+    limit: int | None = 50,
+) -> list[RunRecord]:
+    """Recorded runs, newest first, with their trials."""
+    where, args = _where(host, release, since, phase)
+    sql = f"SELECT * FROM runs{where} ORDER BY recorded_at DESC, id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(int(limit))
+    out: list[RunRecord] = []
+    with _open(db) as conn:
+        for row in conn.execute(sql, args).fetchall():
+            trials = [
+                {"index": t["idx"], "valid": bool(t["valid"]), "metrics": _loads(t["metrics_json"])}
+                for t in conn.execute(
+                    "SELECT idx, valid, metrics_json FROM trials WHERE run_id = ? ORDER BY idx",
+                    (row["id"],),
+                )
+            ]
+            out.append(
+                RunRecord(
+                    id=row["id"],
+                    recorded_at=row["recorded_at"],
+                    host=row["host"],
+                    phase=row["phase"],
+                    model=row["model"],
+                    release=row["release"],
+                    hardware=_loads(row["hardware_json"]),
+                    unit_hash=row["unit_hash"],
+                    workload_name=row["workload_name"],
+                    workload_hash=row["workload_hash"],
+                    summary=_loads(row["summary_json"]),
+                    trials=trials,
+                )
+            )
+    return out
+
+
+def history(
+    db: DbLike,
+    *,
+    host: str | None = None,
+    release: str | None = None,
+    since: str | None = None,
+    limit: int | None = 50,
+) -> list[VerdictRecord]:
+    """Verdicts, newest first, filtered by host, release and time (``since`` ISO-8601)."""
+    where, args = _where(host, release, since)
+    sql = f"SELECT * FROM verdicts{where} ORDER BY recorded_at DESC, id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(int(limit))
+    with _open(db) as conn:
+        return [_verdict_row(r) for r in conn.execute(sql, args).fetchall()]
+
+
+def latest_verdicts(db: DbLike, hosts: Sequence[str] | None = None) -> dict[str, VerdictRecord]:
+    """The most recent verdict of every host (or of the given hosts)."""
+    sql = (
+        "SELECT v.* FROM verdicts v WHERE v.id = ("
+        " SELECT w.id FROM verdicts w WHERE w.host = v.host"
+        " ORDER BY w.recorded_at DESC, w.id DESC LIMIT 1)"
+    )
+    args: list[Any] = []
+    if hosts is not None:
+        sql += f" AND v.host IN ({', '.join('?' for _ in hosts)})"
+        args.extend(hosts)
+    sql += " ORDER BY v.host"
+    with _open(db) as conn:
+        return {r["host"]: _verdict_row(r) for r in conn.execute(sql, args).fetchall()}

@@ -1,0 +1,675 @@
+"""From structured variables to the exact ``vllm serve`` command line and its ExecStart= value.
+
+Everything here is pure: no I/O except the ``path_exists`` callable handed to
+:func:`validate_speculative`. The Ansible filter plugin ``plugins/filter/vllm.py``
+and the systemd unit template of the ``vllm_service`` role call these functions.
+
+Two generations of speculative-decoding options exist in vLLM (checked in the
+released wheels' ``vllm/engine/arg_utils.py``, and in vLLM's pull requests):
+
+* ``"flags"`` -- one option per setting: ``--speculative-model`` and
+  ``--num-speculative-tokens`` (added by vllm-project/vllm PR #3706, v0.4.x),
+  ``--ngram-prompt-lookup-max`` / ``--ngram-prompt-lookup-min`` (n-gram
+  drafting is ``--speculative-model "[ngram]"``),
+  ``--speculative-draft-tensor-parallel-size``, ``--speculative-max-model-len``,
+  ``--speculative-model-quantization``, ``--speculative-disable-by-batch-size``,
+  ``--speculative-disable-mqa-scorer``, ``--spec-decoding-acceptance-method``,
+  ``--typical-acceptance-sampler-posterior-threshold|alpha`` and
+  ``--disable-logprobs-during-spec-decoding``. Present up to and including
+  v0.8.2 (seen in the v0.7.3, v0.8.0, v0.8.1 and v0.8.2 wheels).
+* ``"config"`` -- one ``--speculative-config '<json>'``. Added in v0.8.2 by
+  PR #14434 ("[V1][Usage] Refactor speculative decoding configuration",
+  https://github.com/vllm-project/vllm/pull/14434), next to the old flags,
+  which v0.8.2 still accepts with a deprecation warning. The old flags were
+  removed by PR #15466 ("Remove deprecated spec decode config params",
+  https://github.com/vllm-project/vllm/pull/15466): the v0.8.3 wheel has only
+  ``--speculative-config``. The JSON keys are the fields of
+  ``SpeculativeConfig`` (``vllm/config/speculative.py`` in current releases,
+  https://github.com/vllm-project/vllm/blob/main/vllm/config/speculative.py;
+  read from the installed 0.32.0 here): ``method``, ``model``,
+  ``num_speculative_tokens``, ``prompt_lookup_max``, ``prompt_lookup_min``,
+  ``draft_tensor_parallel_size``, ``quantization``, ``max_model_len``, ... .
+  vLLM 0.32 also has short aliases (``--spec-method``, ``--spec-model``,
+  ``--spec-tokens``); benchgate always writes ``--speculative-config``, which
+  every config-generation release understands.
+
+Which generation a host has is detected from its ``vllm serve --help=all``
+(:func:`detect_cli_generation`), never from a version table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable, Union
+
+__all__ = [
+    "CLI_GENERATIONS",
+    "DRAFT_MODEL_METHODS",
+    "SPECULATIVE_METHODS",
+    "build_serve_argv",
+    "detect_cli_generation",
+    "normalize_speculative",
+    "speculative_args",
+    "systemd_quote_argv",
+    "validate_speculative",
+]
+
+CLI_GENERATIONS = ("config", "flags")
+
+# `method` values of SpeculativeConfig in vLLM 0.32.0 (the `SpeculativeMethod`
+# Literal in vllm/config/speculative.py, read from the installed release).
+SPECULATIVE_METHODS: frozenset[str] = frozenset(
+    {
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+        "draft_model",
+        "medusa",
+        "mlp_speculator",
+        "custom_class",
+        "eagle",
+        "eagle3",
+        "extract_hidden_states",
+        "dflash",
+        "dspark",
+        "mtp",
+        "deepseek_mtp",
+        "dots3_note_mtp",
+        "mimo_mtp",
+        "mimo_v2_mtp",
+        "glm4_moe_mtp",
+        "glm4_moe_lite_mtp",
+        "glm_ocr_mtp",
+        "glm5_next_mtp",
+        "ernie_mtp",
+        "nemotron_h_mtp",
+        "exaone_moe_mtp",
+        "exaone4_5_mtp",
+        "qwen3_next_mtp",
+        "qwen4_exp_mtp",
+        "qwen3_5_mtp",
+        "longcat_flash_mtp",
+        "bailing_hybrid_mtp",
+        "bailing_hybrid_v3_mtp",
+        "minimax_m3_mtp",
+        "kimi_k3_mtp",
+        "pangu_ultra_moe_mtp",
+        "step3p5_mtp",
+        "hy_v3_mtp",
+        "hy_v4_mtp",
+        "gemma4_mtp",
+        "inkling_mtp",
+    }
+)
+
+# Spellings users bring from docs and older releases, mapped to the method.
+METHOD_ALIASES: Mapping[str, str] = {
+    "model": "draft_model",
+    "draft": "draft_model",
+    "[ngram]": "ngram",
+}
+
+# Methods whose drafter is separate weights given by `model`.
+DRAFT_MODEL_METHODS: frozenset[str] = frozenset(
+    {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
+)
+
+# Methods that draft from the prompt/output text and need no weights.
+MODEL_FREE_METHODS: frozenset[str] = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+# What the old per-flag CLI could express (v0.4 .. v0.8.2): everything went
+# through --speculative-model, whose weights told vLLM the kind of drafter.
+FLAGS_CLI_METHODS: frozenset[str] = frozenset(
+    {"ngram", "draft_model", "eagle", "medusa", "mlp_speculator"}
+)
+
+# User-settable keys of SpeculativeConfig in vLLM 0.32.0 (its dataclass fields
+# minus the internal *_config objects that vLLM fills in itself).
+CONFIG_KEYS: frozenset[str] = frozenset(
+    {
+        "method",
+        "model",
+        "num_speculative_tokens",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+        "draft_tensor_parallel_size",
+        "tensor_parallel_size",
+        "enforce_eager",
+        "quantization",
+        "moe_backend",
+        "attention_backend",
+        "kv_cache_dtype",
+        "max_model_len",
+        "revision",
+        "code_revision",
+        "index_share_for_mtp_iteration",
+        "disable_padded_drafter_batch",
+        "disable_eagle_block_drop",
+        "use_local_argmax_reduction",
+        "use_heterogeneous_vocab",
+        "parallel_drafting",
+        "num_speculative_tokens_per_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "enable_adaptive_verification",
+        "draft_sample_method",
+        "dspark_draft_topk",
+    }
+)
+
+# Old per-flag options, keyed by the name v0.8.2 itself used when it turned
+# them into a speculative config dict (EngineArgs.create_speculative_config).
+FLAG_OPTIONS: Mapping[str, str] = {
+    "model": "--speculative-model",
+    "num_speculative_tokens": "--num-speculative-tokens",
+    "prompt_lookup_max": "--ngram-prompt-lookup-max",
+    "prompt_lookup_min": "--ngram-prompt-lookup-min",
+    "draft_tensor_parallel_size": "--speculative-draft-tensor-parallel-size",
+    "quantization": "--speculative-model-quantization",
+    "max_model_len": "--speculative-max-model-len",
+    "disable_by_batch_size": "--speculative-disable-by-batch-size",
+    "disable_mqa_scorer": "--speculative-disable-mqa-scorer",
+    "acceptance_method": "--spec-decoding-acceptance-method",
+    "posterior_threshold": "--typical-acceptance-sampler-posterior-threshold",
+    "posterior_alpha": "--typical-acceptance-sampler-posterior-alpha",
+    "disable_logprobs": "--disable-logprobs-during-spec-decoding",
+}
+# Old options that were plain switches (store_true): emitted bare when true.
+_FLAG_SWITCHES = frozenset({"disable_mqa_scorer"})
+FLAGS_KEYS: frozenset[str] = frozenset(FLAG_OPTIONS) | {"method"}
+
+# Order of the leading keys in the JSON we write (the rest follow sorted), so
+# that a re-render of an unchanged config is byte-identical.
+_KEY_ORDER = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "draft_tensor_parallel_size",
+)
+
+SpecInput = Union[Mapping[str, Any], str, None]
+ExtraArgs = Union[Sequence[str], Mapping[str, Any], None]
+
+
+# --------------------------------------------------------------------------
+# speculative config: parse, normalise, validate
+# --------------------------------------------------------------------------
+
+
+def _parse_spec(spec: SpecInput) -> dict[str, Any]:
+    """Return the speculative settings as a dict; ``None``/``{}``/``""`` mean off.
+
+    A string is read as JSON (what users paste from vLLM's docs).
+    Raises ValueError on malformed JSON or on anything that is not an object.
+    """
+    if spec is None:
+        return {}
+    if isinstance(spec, str):
+        if not spec.strip():
+            return {}
+        try:
+            parsed = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"speculative config is not valid JSON ({exc.msg} at line {exc.lineno} "
+                f"column {exc.colno}); write it as a YAML mapping instead of a string"
+            ) from exc
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"speculative config JSON must be an object, got {type(parsed).__name__}"
+            )
+        return parsed
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    raise ValueError(
+        f"speculative config must be a mapping (or a JSON string), got {type(spec).__name__}"
+    )
+
+
+def _method_of(spec: Mapping[str, Any]) -> str | None:
+    """The canonical method, applying aliases; a bare ``model`` means draft_model."""
+    method = spec.get("method")
+    if method is None:
+        model = spec.get("model")
+        if model in ("ngram", "[ngram]"):
+            return "ngram"
+        return "draft_model" if model else None
+    if not isinstance(method, str):
+        return None
+    method = method.strip()
+    return METHOD_ALIASES.get(method, method)
+
+
+def normalize_speculative(spec: SpecInput) -> dict[str, Any]:
+    """Canonical form of a speculative config: aliases resolved, key order fixed.
+
+    ``{"method": "model", "model": "/d"}`` and ``{"model": "/d"}`` both become
+    ``{"method": "draft_model", "model": "/d"}``. An empty config stays ``{}``.
+    """
+    raw = _parse_spec(spec)
+    if not raw:
+        return {}
+    out: dict[str, Any] = {}
+    method = _method_of(raw)
+    if method is not None:
+        out["method"] = method
+    if method == "ngram" and raw.get("model") in ("ngram", "[ngram]"):
+        raw = {k: v for k, v in raw.items() if k != "model"}
+    for key in _KEY_ORDER[1:]:
+        if raw.get(key) is not None:
+            out[key] = raw[key]
+    for key in sorted(raw):
+        if key not in out and key != "method" and raw[key] is not None:
+            out[key] = raw[key]
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _closest(word: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def validate_speculative(
+    spec: SpecInput,
+    *,
+    target_tp: int = 1,
+    path_exists: Callable[[str], bool] = os.path.exists,
+    cli: str = "config",
+) -> list[str]:
+    """Check a speculative config before anything is rendered or restarted.
+
+    Returns a list of messages a user can act on; empty means valid (and an
+    empty config, i.e. speculative decoding off, is always valid).
+
+    ``target_tp`` is the target's ``tensor_parallel_size``: vLLM accepts a
+    draft TP of 1 or exactly the target's TP (``_verify_and_get_draft_tp`` in
+    vllm/config/speculative.py). ``path_exists`` checks an absolute draft path
+    (pass a lookup of the target host's files, not the controller's); a
+    non-absolute ``model`` is taken as a model id and not checked. ``cli`` is
+    the installed release's generation: the old per-flag CLI knows fewer
+    methods and other key names.
+    """
+    try:
+        raw = _parse_spec(spec)
+    except ValueError as exc:
+        return [str(exc)]
+    if not raw:
+        return []
+    errors: list[str] = []
+    if cli not in CLI_GENERATIONS:
+        return [
+            f"the installed vLLM has no speculative decoding options (cli={cli!r}); "
+            "set vllm_speculative: {} or install a release that has them"
+        ]
+    if not _is_int(target_tp) or target_tp < 1:
+        errors.append(f"target tensor_parallel_size must be a positive integer, got {target_tp!r}")
+        target_tp = 1
+
+    known = CONFIG_KEYS if cli == "config" else FLAGS_KEYS
+    for key in sorted(raw):
+        if key == "tensor_parallel_size":
+            errors.append(
+                "key 'tensor_parallel_size' sets nothing for the draft; "
+                "use 'draft_tensor_parallel_size'"
+            )
+        elif key not in known:
+            where = (
+                "--speculative-config (vLLM 0.32 SpeculativeConfig)"
+                if cli == "config"
+                else "the per-flag speculative options of this vLLM"
+            )
+            errors.append(f"unknown key {key!r} for {where}{_closest(key, known)}")
+
+    method = _method_of(raw)
+    given = raw.get("method")
+    if given is not None and not isinstance(given, str):
+        errors.append(f"method must be a string, got {given!r}")
+    elif method is None:
+        errors.append(
+            "set 'method' (e.g. ngram, draft_model, eagle3, mtp) or 'model' (a draft model path)"
+        )
+    elif method not in SPECULATIVE_METHODS:
+        choices = set(SPECULATIVE_METHODS) | set(METHOD_ALIASES)
+        errors.append(f"unknown method {given!r}{_closest(str(given), choices)}")
+    elif cli == "flags" and method not in FLAGS_CLI_METHODS:
+        errors.append(
+            f"method {method!r} needs --speculative-config (vLLM >= 0.8.2); the installed "
+            f"release has only the per-flag options ({', '.join(sorted(FLAGS_CLI_METHODS))})"
+        )
+
+    model = raw.get("model")
+    if method in DRAFT_MODEL_METHODS:
+        if model in (None, ""):
+            errors.append(f"method {method!r} needs 'model': the path of the draft weights")
+        elif not isinstance(model, str):
+            errors.append(f"'model' must be a path string, got {model!r}")
+        elif os.path.isabs(model) and not path_exists(model):
+            errors.append(
+                f"draft model path {model!r} does not exist on the target; "
+                "copy the draft there first or fix the path"
+            )
+    elif method in MODEL_FREE_METHODS and model not in (None, "", "ngram", "[ngram]"):
+        errors.append(f"method {method!r} drafts from the text and takes no 'model'; remove it")
+
+    k = raw.get("num_speculative_tokens")
+    if k is None:
+        if method in ("ngram", "draft_model") or (cli == "flags" and method is not None):
+            errors.append(f"method {method!r} needs 'num_speculative_tokens' (k), e.g. 3")
+    elif not _is_int(k) or k <= 0:
+        errors.append(f"num_speculative_tokens must be an integer >= 1, got {k!r}")
+
+    lookup: dict[str, Any] = {}
+    for key in ("prompt_lookup_max", "prompt_lookup_min"):
+        val = raw.get(key)
+        if val is None:
+            continue
+        if not _is_int(val) or val < 1:
+            errors.append(f"{key} must be an integer >= 1, got {val!r}")
+        else:
+            lookup[key] = val
+        if method is not None and method not in ("ngram", "ngram_gpu"):
+            errors.append(f"{key} only applies to method 'ngram', not {method!r}")
+    if (
+        "prompt_lookup_max" in lookup
+        and "prompt_lookup_min" in lookup
+        and lookup["prompt_lookup_min"] > lookup["prompt_lookup_max"]
+    ):
+        errors.append(
+            f"prompt_lookup_min={lookup['prompt_lookup_min']} must be <= "
+            f"prompt_lookup_max={lookup['prompt_lookup_max']}"
+        )
+    if method == "ngram" and "prompt_lookup_max" not in raw and "prompt_lookup_min" not in raw:
+        errors.append(
+            "method 'ngram' needs 'prompt_lookup_max' (and optionally 'prompt_lookup_min')"
+        )
+
+    dtp = raw.get("draft_tensor_parallel_size")
+    if dtp is not None:
+        if not _is_int(dtp) or dtp < 1:
+            errors.append(f"draft_tensor_parallel_size must be an integer >= 1, got {dtp!r}")
+        elif dtp not in (1, target_tp):
+            errors.append(
+                f"draft_tensor_parallel_size={dtp} must be 1 or the target's "
+                f"tensor_parallel_size ({target_tp})"
+            )
+    return errors
+
+
+# --------------------------------------------------------------------------
+# argv
+# --------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (Mapping, list, tuple)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def speculative_args(spec: SpecInput, *, cli: str = "config") -> list[str]:
+    """The vLLM options for a speculative config, for one CLI generation.
+
+    ``{}`` gives ``[]`` (off). Raises ValueError for a setting that the
+    generation cannot express. Call :func:`validate_speculative` first for
+    friendly messages about everything else.
+    """
+    norm = normalize_speculative(spec)
+    if not norm:
+        return []
+    method = norm.get("method")
+    if cli == "config":
+        body = dict(norm)
+        if method == "draft_model":
+            # vLLM detects a draft model from its weights; leaving `method` out
+            # keeps the JSON valid for every release since 0.8.2.
+            body.pop("method")
+        return ["--speculative-config", json.dumps(body, separators=(",", ":"))]
+    if cli == "flags":
+        if method not in FLAGS_CLI_METHODS:
+            raise ValueError(
+                f"speculative method {method!r} cannot be expressed with the per-flag options "
+                "of this vLLM release (only --speculative-config has it, vLLM >= 0.8.2)"
+            )
+        argv: list[str] = []
+        argv += ["--speculative-model", "[ngram]" if method == "ngram" else str(norm["model"])]
+        for key, value in norm.items():
+            if key in ("method", "model"):
+                continue
+            option = FLAG_OPTIONS.get(key)
+            if option is None:
+                raise ValueError(
+                    f"speculative key {key!r} has no per-flag option in this vLLM release"
+                )
+            if key in _FLAG_SWITCHES:
+                if value:
+                    argv.append(option)
+                continue
+            argv += [option, _scalar(value)]
+        return argv
+    raise ValueError(
+        f"speculative decoding is configured but the installed vLLM has no speculative options "
+        f"(cli={cli!r}); set vllm_speculative: {{}} or install a release that has them"
+    )
+
+
+def _extra_args(extra: ExtraArgs) -> list[str]:
+    """Extra options: a list of argv words as-is, or a mapping of option -> value.
+
+    In a mapping, ``True`` gives a bare switch, ``False``/``None`` leaves the
+    option out, a list repeats it, a dict is written as JSON. Keys may be given
+    with or without the leading ``--`` and with ``_`` or ``-``.
+    """
+    if extra is None:
+        return []
+    if isinstance(extra, str):
+        raise ValueError(
+            "extra_args must be a list of words (['--enforce-eager']) or a mapping, "
+            f"not the string {extra!r}"
+        )
+    if isinstance(extra, Mapping):
+        out: list[str] = []
+        for key in extra:
+            value = extra[key]
+            name = str(key)
+            option = name if name.startswith("-") else "--" + name.replace("_", "-")
+            if value is None or value is False:
+                continue
+            if value is True:
+                out.append(option)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    out += [option, _scalar(item)]
+            else:
+                out += [option, _scalar(value)]
+        return out
+    out = []
+    for word in extra:
+        if not isinstance(word, (str, int, float)) or isinstance(word, bool):
+            raise ValueError(f"extra_args items must be strings, got {word!r}")
+        out.append(str(word))
+    return out
+
+
+def build_serve_argv(
+    executable: str,
+    model: str,
+    *,
+    served_model_name: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    tensor_parallel_size: int | None = None,
+    max_model_len: int | None = None,
+    dtype: str | None = None,
+    extra_args: ExtraArgs = None,
+    speculative: SpecInput = None,
+    cli: str = "config",
+) -> list[str]:
+    """The argv of ``<executable> serve <model> ...``, one option per setting given.
+
+    Options left ``None`` are not written (vLLM's default applies). The
+    speculative options come last but one, then ``extra_args`` as given, so
+    a user's extra option can still override an earlier one (argparse keeps the
+    last value).
+
+    >>> build_serve_argv("/opt/vllm/bin/vllm", "/models/m", port=8000,
+    ...                  speculative={"method": "ngram", "num_speculative_tokens": 3,
+    ...                               "prompt_lookup_max": 3})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['/opt/vllm/bin/vllm', 'serve', '/models/m', '--port', '8000', '--speculative-config',
+     '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}']
+    """
+    if not isinstance(executable, str) or not executable:
+        raise ValueError("executable must be the path of the release's `vllm` script")
+    if not isinstance(model, str) or not model:
+        raise ValueError("model must be a model path (or id), got an empty value")
+    argv = [executable, "serve", model]
+    for option, value in (
+        ("--served-model-name", served_model_name),
+        ("--host", host),
+        ("--port", port),
+        ("--tensor-parallel-size", tensor_parallel_size),
+        ("--max-model-len", max_model_len),
+        ("--dtype", dtype),
+    ):
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool):
+            raise ValueError(f"{option} needs a value, got {value!r}")
+        argv += [option, str(value)]
+    argv += speculative_args(speculative, cli=cli)
+    argv += _extra_args(extra_args)
+    return argv
+
+
+# --------------------------------------------------------------------------
+# help text -> CLI generation
+# --------------------------------------------------------------------------
+
+# An option at the start of a help entry: "  --foo FOO, -f FOO" or "  -f, --foo".
+_OPTION_LINE = re.compile(r"^\s{1,8}(-{1,2}[A-Za-z0-9][^\s]*(?:[ ,].*)?)$")
+_LONG_OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
+
+
+def detect_cli_generation(help_text: str) -> dict[str, Any]:
+    """Read which speculative options an installed release has from its help text.
+
+    Feed it ``vllm serve --help=all`` on releases with grouped help (vLLM
+    0.32 prints only the list of groups for plain ``--help``), plain
+    ``--help`` on older ones. Returns ``{"speculative": "config" | "flags" |
+    "none", "flags": {every long option}}``. A release that has both (v0.8.2)
+    is ``"config"``: the old flags there are deprecated.
+
+    Raises ValueError when the text is the grouped summary without options,
+    so a probe that forgot ``--help=all`` fails loudly instead of reading "none".
+    """
+    if not isinstance(help_text, str):
+        raise ValueError(f"help text must be a string, got {type(help_text).__name__}")
+    flags: set[str] = set()
+    for line in help_text.splitlines():
+        m = _OPTION_LINE.match(line)
+        if not m:
+            continue
+        head = re.split(r"\s{2,}", m.group(1).strip(), maxsplit=1)[0]
+        flags.update(_LONG_OPTION.findall(head))
+    flags.discard("--help")
+    if not flags and "--help=all" in help_text:
+        raise ValueError(
+            "this is vLLM's grouped help summary without the options; "
+            "run `vllm serve --help=all` and pass that output"
+        )
+    if not flags:
+        raise ValueError(
+            "no options found in the help text; pass the output of `vllm serve --help=all` "
+            "(or `vllm serve --help` on releases before grouped help)"
+        )
+    if "--speculative-config" in flags:
+        generation = "config"
+    elif "--speculative-model" in flags:
+        generation = "flags"
+    else:
+        generation = "none"
+    return {"speculative": generation, "flags": flags}
+
+
+# --------------------------------------------------------------------------
+# systemd ExecStart= quoting
+# --------------------------------------------------------------------------
+
+# Characters after which systemd would split or unescape: whitespace (its
+# WHITESPACE set), both quote characters, the backslash, and ';' (a lone one
+# separates command lines).
+_NEEDS_QUOTES = re.compile(r"[\s\"'\\;]|[\x00-\x1f\x7f]")
+_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _quote_word(word: str) -> str:
+    # 1. Specifiers: systemd expands '%x' in the whole value first
+    #    (systemd.unit(5) "Specifiers"); '%%' is a literal '%'.
+    # 2. Variables: at exec time '${FOO}' and a whole-word '$FOO' are expanded;
+    #    '$$' is a literal '$' (systemd.service(5) "Command lines").
+    word = word.replace("%", "%%").replace("$", "$$")
+    if word == ";":
+        # A lone ';' separates two command lines; '\;' is a literal ';' argument.
+        return "\\;"
+    if word and not _NEEDS_QUOTES.search(word):
+        return word
+    # 3. Quoting: inside "...", C escapes are decoded (systemd.syntax(7) "Quoting").
+    parts = []
+    for ch in word:
+        if ch in _C_ESCAPES:
+            parts.append(_C_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            parts.append(f"\\x{ord(ch):02x}")
+        else:
+            parts.append(ch)
+    return '"' + "".join(parts) + '"'
+
+
+def systemd_quote_argv(argv: Sequence[str]) -> str:
+    """The ExecStart= value that systemd splits back into exactly ``argv``.
+
+    Rules (systemd.service(5) "Command lines", systemd.syntax(7) "Quoting",
+    systemd.unit(5) "Specifiers"; the parser is config_parse_exec() in
+    src/core/load-fragment.c with extract_first_word(EXTRACT_UNQUOTE |
+    EXTRACT_CUNESCAPE)):
+
+    * ``%`` -> ``%%`` and ``$`` -> ``$$`` everywhere, quoted or not;
+    * a word with whitespace, a quote, a backslash, ``;`` or a control
+      character (or an empty word) is double-quoted, with ``\\`` ``\"`` and
+      ``\\n``-style C escapes inside;
+    * a lone ``;`` is written ``\\;``.
+
+    ``argv[0]`` must be an absolute path (systemd takes a leading ``-``, ``@``,
+    ``:``, ``+`` or ``!`` as a prefix), without ``$`` (not expanded there).
+    The result can be checked on a host with ``systemctl show -p ExecStart``.
+    """
+    if isinstance(argv, str) or not isinstance(argv, Sequence) or not argv:
+        raise ValueError("argv must be a non-empty list of strings")
+    for word in argv:
+        if not isinstance(word, str):
+            raise ValueError(f"every argv item must be a string, got {word!r}")
+        if "\x00" in word:
+            raise ValueError("argv items cannot contain NUL bytes")
+    exe = argv[0]
+    if not exe.startswith("/"):
+        raise ValueError(f"ExecStart needs an absolute executable path, got {exe!r}")
+    if "$" in exe:
+        raise ValueError(f"the executable path cannot contain '$': {exe!r}")
+    return " ".join(_quote_word(word) for word in argv)

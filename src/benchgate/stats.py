@@ -1,0 +1,776 @@
+"""The regression judge: is the candidate release slower than the baseline?
+
+Pure functions over plain numbers; no I/O. The CLI (``benchgate judge``), the
+Ansible module ``benchgate_gate`` and the decision-quality benchmark all call
+:func:`judge_results` (or :func:`judge` on samples already extracted).
+
+Method
+------
+One sample per *trial* (a trial is one full benchmark pass of the workload;
+its value is, e.g., the trial's output tokens/s or its median TTFT). For each
+metric we compare the candidate's trials with the baseline's trials:
+
+* **Test**: one-sided Mann-Whitney U (``scipy.stats.mannwhitneyu``), with the
+  alternative set by the metric's direction (throughput: candidate *less*;
+  latency: candidate *greater*). Exact p-values for small samples, so three
+  trials per side can reach p = 1/20 = 0.05 when the samples separate fully.
+* **Effect size**: the Hodges-Lehmann estimate of the shift between the two
+  samples, taken on the *log* scale: the median of all ``m*n`` pairwise
+  ``log(candidate_i) - log(baseline_j)``. ``exp(shift) - 1`` is the relative
+  change (-0.27 = 27% lower). Working in logs makes the estimate a ratio, so a
+  threshold in percent means the same on a fast and on a slow host.
+* **Confidence bounds**: the distribution-free (Moses) interval for that shift,
+  read off the sorted pairwise differences at ranks given by the exact null
+  distribution of U. Each end is a one-sided ``confidence`` bound (default
+  95%), so together they form a two-sided ``2*confidence - 1`` interval (90%).
+  One-sided bounds are what the decision needs ("is the regression at most
+  5%?") and, unlike a two-sided 95% interval, they exist with 3 + 3 trials.
+
+Why this and not a bootstrap of the ratio of medians: with 3-10 trials a
+bootstrap has only a handful of distinct resamples and under-covers badly; the
+rank interval is exact for any continuous distribution under a shift model, is
+deterministic (no seed), costs nothing, and ranks make it robust to heavy tails
+and single outlier trials. It is the same pairing Kayenta's Mann-Whitney judge
+uses (test + Hodges-Lehmann interval + an effect-size check).
+
+Decision rule (per metric)
+--------------------------
+Let ``reg`` be the regression in percent, oriented so that positive is worse
+(throughput: ``-change``; latency: ``+change``), ``reg_lo <= reg <= reg_hi`` its
+one-sided confidence bounds, ``p`` the one-sided U-test p-value for a
+regression, ``limit`` the metric's ``max_regression_pct``:
+
+1. INCONCLUSIVE if either side has fewer than ``min_trials`` valid samples
+   (invalid trials, non-finite and non-positive values are dropped first), or
+   if the bound cannot be computed at this sample size. Never PASS.
+2. FAIL if ``p <= alpha`` and ``reg > limit`` (significant, and the point
+   estimate is beyond the limit: asv's "factor + significance"). With
+   ``fail_requires_bound=True`` FAIL needs ``reg_lo > limit`` instead (the whole
+   interval beyond the limit), which blocks less often on borderline changes.
+3. PASS if ``reg_hi <= limit``: the interval excludes any regression beyond the
+   limit (a small but significant regression inside the limit passes).
+4. INCONCLUSIVE otherwise: the interval is too wide to tell. More trials help.
+
+Overall verdict
+---------------
+* *Critical* metrics (default ``output_tokens_per_s``) must each PASS; one
+  FAIL makes the overall verdict FAIL, one INCONCLUSIVE makes it INCONCLUSIVE.
+  If none of the judged metrics is listed as critical, all of them are.
+* *Non-critical* metrics: a FAIL fails the overall verdict too when
+  ``noncritical_fail == "fail"`` (the default: a 30% TTFT regression is a
+  slowdown users see, and whoever set a limit on it meant it), or is only
+  reported when it is ``"warn"``. An INCONCLUSIVE non-critical metric is
+  reported, never blocking.
+* FAIL beats INCONCLUSIVE beats PASS. INCONCLUSIVE is for the caller to
+  resolve (default: block); :func:`needs_more_trials` says whether to measure
+  again first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+PASS = "PASS"
+FAIL = "FAIL"
+INCONCLUSIVE = "INCONCLUSIVE"
+
+#: Metrics where a larger value is better. Everything else is a latency.
+HIGHER_IS_BETTER = frozenset(
+    {
+        "output_tokens_per_s",
+        "request_throughput",
+        "total_tokens_per_s",
+        "input_tokens_per_s",
+        "goodput",
+        "acceptance_rate",
+    }
+)
+#: Metrics where a smaller value is better.
+LOWER_IS_BETTER = frozenset({"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"})
+
+DEFAULT_METRICS = ("output_tokens_per_s", "ttft_ms", "tpot_ms")
+DEFAULT_CRITICAL = ("output_tokens_per_s",)
+LATENCY_STATS = ("median", "mean", "p50", "p90", "p95", "p99")
+
+#: Units shown in reasons.
+_UNITS = {
+    "output_tokens_per_s": "tok/s",
+    "total_tokens_per_s": "tok/s",
+    "input_tokens_per_s": "tok/s",
+    "request_throughput": "req/s",
+    "goodput": "req/s",
+    "ttft_ms": "ms",
+    "tpot_ms": "ms",
+    "itl_ms": "ms",
+    "e2el_ms": "ms",
+}
+
+# Exact U distribution up to this m*n; the normal approximation beyond.
+_EXACT_MAX_MN = 10_000
+
+
+class Direction(str, Enum):
+    """Which way is better for a metric."""
+
+    HIGHER = "higher"
+    LOWER = "lower"
+
+
+def direction_of(metric: str) -> Direction:
+    """Direction of a metric by name: throughputs up, latencies (``*_ms``) down."""
+    if metric in HIGHER_IS_BETTER:
+        return Direction.HIGHER
+    if metric in LOWER_IS_BETTER or metric.endswith(("_ms", "_s_latency", "_seconds")):
+        return Direction.LOWER
+    if metric.endswith(("_per_s", "_throughput")):
+        return Direction.HIGHER
+    raise ValueError(
+        f"unknown direction for metric {metric!r}: give it in MetricSpec(direction=...)"
+    )
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How to judge one metric."""
+
+    name: str
+    max_regression_pct: float = 5.0
+    direction: Direction | None = None
+    critical: bool = False
+
+    def resolved_direction(self) -> Direction:
+        return self.direction if self.direction is not None else direction_of(self.name)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Judge settings shared by all metrics."""
+
+    alpha: float = 0.05
+    min_trials: int = 3
+    noncritical_fail: str = "fail"  # "fail" or "warn"
+    fail_requires_bound: bool = False
+    latency_stat: str = "median"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
+        if self.min_trials < 2:
+            raise ValueError(f"min_trials must be at least 2, got {self.min_trials}")
+        if self.noncritical_fail not in ("fail", "warn"):
+            raise ValueError(
+                f"noncritical_fail must be 'fail' or 'warn', got {self.noncritical_fail!r}"
+            )
+        if self.latency_stat not in LATENCY_STATS:
+            raise ValueError(
+                f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}"
+            )
+
+    @property
+    def confidence(self) -> float:
+        """Level of each one-sided bound."""
+        return 1.0 - self.alpha
+
+
+@dataclass(frozen=True)
+class ShiftEstimate:
+    """Hodges-Lehmann log-shift of candidate vs baseline, as relative changes."""
+
+    change: float  # exp(HL) - 1: -0.27 means the candidate is 27% lower
+    change_lo: float  # one-sided lower bound of change (-inf if unattainable)
+    change_hi: float  # one-sided upper bound of change (+inf if unattainable)
+    p_lower: float  # one-sided U-test p-value for "candidate lower"
+    p_higher: float  # one-sided U-test p-value for "candidate higher"
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """Outcome for one metric, with everything needed to explain it."""
+
+    metric: str
+    direction: str
+    verdict: str
+    reason: str
+    critical: bool
+    max_regression_pct: float
+    n_baseline: int
+    n_candidate: int
+    baseline_median: float | None = None
+    candidate_median: float | None = None
+    change_pct: float | None = None
+    change_lo_pct: float | None = None
+    change_hi_pct: float | None = None
+    regression_pct: float | None = None
+    p_value: float | None = None
+    dropped_baseline: int = 0
+    dropped_candidate: int = 0
+    outliers_baseline: int = 0
+    outliers_candidate: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json_number(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Overall verdict over all judged metrics."""
+
+    verdict: str
+    reasons: list[str]
+    metrics: list[MetricVerdict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    schema: str = "benchgate.verdict/1"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    def metric(self, name: str) -> MetricVerdict:
+        for m in self.metrics:
+            if m.metric == name:
+                return m
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "metrics": [m.to_dict() for m in self.metrics],
+        }
+
+
+def _json_number(value: Any) -> Any:
+    """JSON has no infinities: unattainable bounds become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# --------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------
+
+
+def _median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median of an empty sample")
+    mid = n // 2
+    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def _u_null_cdf_counts(m: int, n: int) -> list[int]:
+    """Number of arrangements giving U = 0..m*n under H0 (no ties).
+
+    The counts are the coefficients of the Gaussian binomial [m+n choose m]_q,
+    built as prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i) with exact integers.
+    """
+    size = m * n + 1
+    poly = [0] * size
+    poly[0] = 1
+    for i in range(1, m + 1):
+        # multiply by (1 - q^(n+i)), top down
+        step = n + i
+        for j in range(size - 1, step - 1, -1):
+            poly[j] -= poly[j - step]
+        # divide by (1 - q^i): running sum with stride i
+        for j in range(i, size):
+            poly[j] += poly[j - i]
+    return poly
+
+
+def _rank_for_bound(m: int, n: int, alpha: float) -> int:
+    """Largest k with P(U <= k - 1) <= alpha; 0 when no bound exists.
+
+    The k-th smallest pairwise difference is then a one-sided (1 - alpha)
+    lower bound for the shift, and the k-th largest an upper bound.
+    """
+    if m * n <= _EXACT_MAX_MN:
+        counts = _u_null_cdf_counts(m, n)
+        total = math.comb(m + n, m)
+        k = 0
+        cum = 0
+        for u in range(len(counts)):
+            cum += counts[u]
+            # P(U <= u) <= alpha allows k = u + 1 (tiny slack for float rounding)
+            if cum <= alpha * total * (1 + 1e-12):
+                k = u + 1
+            else:
+                break
+        return k
+    # Normal approximation for large samples.
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1.0 - alpha))
+    mean = m * n / 2.0
+    sd = math.sqrt(m * n * (m + n + 1) / 12.0)
+    return max(0, int(math.floor(mean - z * sd)))
+
+
+def hodges_lehmann(
+    baseline: Sequence[float], candidate: Sequence[float], alpha: float = 0.05
+) -> ShiftEstimate:
+    """Relative shift of ``candidate`` over ``baseline`` with one-sided bounds.
+
+    All values must be positive and finite (use :func:`clean_samples`).
+    """
+    from scipy.stats import mannwhitneyu
+
+    if len(baseline) < 1 or len(candidate) < 1:
+        raise ValueError("both samples need at least one value")
+    lb = [math.log(x) for x in baseline]
+    lc = [math.log(x) for x in candidate]
+    diffs = sorted(c - b for c in lc for b in lb)
+    shift = _median(diffs)
+    k = _rank_for_bound(len(lc), len(lb), alpha)
+    if k >= 1:
+        lo, hi = diffs[k - 1], diffs[len(diffs) - k]
+    else:
+        lo, hi = -math.inf, math.inf
+
+    method = "auto"
+    p_lower = float(mannwhitneyu(lc, lb, alternative="less", method=method).pvalue)
+    p_higher = float(mannwhitneyu(lc, lb, alternative="greater", method=method).pvalue)
+    return ShiftEstimate(
+        change=math.expm1(shift),
+        change_lo=math.expm1(lo) if math.isfinite(lo) else -math.inf,
+        change_hi=math.expm1(hi) if math.isfinite(hi) else math.inf,
+        p_lower=p_lower,
+        p_higher=p_higher,
+    )
+
+
+def clean_samples(values: Iterable[Any]) -> tuple[list[float], int]:
+    """Keep finite positive numbers; return them and how many were dropped."""
+    kept: list[float] = []
+    dropped = 0
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            dropped += 1
+            continue
+        f = float(v)
+        if math.isfinite(f) and f > 0:
+            kept.append(f)
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def count_outliers(values: Sequence[float], z: float = 3.5) -> int:
+    """Trials whose robust z-score (median/MAD) exceeds ``z``.
+
+    Reported only: the rank statistics above already bound the influence of a
+    single wild trial, and dropping slow trials could hide a real regression.
+    """
+    if len(values) < 3:
+        return 0
+    med = _median(values)
+    mad = _median([abs(v - med) for v in values])
+    if mad == 0:
+        return 0
+    return sum(1 for v in values if 0.6745 * abs(v - med) / mad > z)
+
+
+# --------------------------------------------------------------------------
+# Judge
+# --------------------------------------------------------------------------
+
+
+def _fmt(value: float) -> str:
+    a = abs(value)
+    if a >= 100:
+        return f"{value:.1f}"
+    if a >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4g}"
+
+
+def _pct(value: float) -> str:
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    return f"{value:+.1f}%".replace("-", "−")
+
+
+def judge_metric(
+    spec: MetricSpec,
+    baseline: Sequence[Any],
+    candidate: Sequence[Any],
+    config: GateConfig | None = None,
+    *,
+    invalid_baseline: int = 0,
+    invalid_candidate: int = 0,
+) -> MetricVerdict:
+    """Judge one metric from per-trial values (see the module docstring for the rule).
+
+    ``invalid_*`` count trials already excluded by the caller (marked invalid),
+    so that the reason can say why samples are missing.
+    """
+    cfg = config or GateConfig()
+    direction = spec.resolved_direction()
+    b, b_drop = clean_samples(baseline)
+    c, c_drop = clean_samples(candidate)
+    b_drop += invalid_baseline
+    c_drop += invalid_candidate
+    limit = float(spec.max_regression_pct)
+    unit = _UNITS.get(spec.name, "")
+    unit_s = f" {unit}" if unit else ""
+
+    common: dict[str, Any] = {
+        "metric": spec.name,
+        "direction": direction.value,
+        "critical": spec.critical,
+        "max_regression_pct": limit,
+        "n_baseline": len(b),
+        "n_candidate": len(c),
+        "dropped_baseline": b_drop,
+        "dropped_candidate": c_drop,
+        "outliers_baseline": count_outliers(b),
+        "outliers_candidate": count_outliers(c),
+        "baseline_median": _median(b) if b else None,
+        "candidate_median": _median(c) if c else None,
+    }
+
+    if len(b) < cfg.min_trials or len(c) < cfg.min_trials:
+        why = (
+            f"{spec.name}: too few valid trials (baseline {len(b)}, candidate {len(c)}; "
+            f"need {cfg.min_trials} each"
+        )
+        if b_drop or c_drop:
+            why += f"; dropped {b_drop} baseline, {c_drop} candidate"
+        return MetricVerdict(verdict=INCONCLUSIVE, reason=why + ")", **common)
+
+    est = hodges_lehmann(b, c, cfg.alpha)
+    change = est.change * 100.0
+    lo = est.change_lo * 100.0
+    hi = est.change_hi * 100.0
+    if direction is Direction.HIGHER:
+        reg, reg_lo, reg_hi, p = -change, -hi, -lo, est.p_lower
+    else:
+        reg, reg_lo, reg_hi, p = change, lo, hi, est.p_higher
+
+    conf = round(cfg.confidence * 100)
+    head = (
+        f"{spec.name}: {_fmt(common['baseline_median'])} → {_fmt(common['candidate_median'])}"
+        f"{unit_s} ({_pct(change)}, {conf}% bounds {_pct(lo)}…{_pct(hi)}, p={p:.3g})"
+    )
+    worse = "slower" if direction is Direction.HIGHER else "higher"
+
+    significant = p <= cfg.alpha * (1 + 1e-9)
+    beyond = reg_lo > limit if cfg.fail_requires_bound else reg > limit
+    if significant and beyond:
+        verdict = FAIL
+        reason = f"{head}, {worse} beyond the {limit:g}% limit"
+    elif reg_hi <= limit:
+        verdict = PASS
+        if significant and reg > 0:
+            reason = f"{head}, a significant regression but within the {limit:g}% limit"
+        else:
+            reason = f"{head}, within the {limit:g}% limit"
+    elif math.isinf(reg_hi):
+        verdict = INCONCLUSIVE
+        reason = (
+            f"{head}, no {conf}% bound is attainable with {len(b)}+{len(c)} trials; run more trials"
+        )
+    else:
+        verdict = INCONCLUSIVE
+        if significant:
+            reason = (
+                f"{head}, a significant regression whose size cannot be told apart from "
+                f"the {limit:g}% limit; run more trials"
+            )
+        else:
+            reason = (
+                f"{head}, too noisy to rule out a regression beyond the {limit:g}% limit; "
+                "run more trials"
+            )
+
+    return MetricVerdict(
+        verdict=verdict,
+        reason=reason,
+        change_pct=change,
+        change_lo_pct=lo,
+        change_hi_pct=hi,
+        regression_pct=reg,
+        p_value=p,
+        **common,
+    )
+
+
+def combine(metric_verdicts: Sequence[MetricVerdict], config: GateConfig | None = None) -> Verdict:
+    """Overall verdict from per-metric verdicts (rule in the module docstring)."""
+    cfg = config or GateConfig()
+    if not metric_verdicts:
+        return Verdict(INCONCLUSIVE, ["no metrics were judged"], [])
+    any_critical = any(m.critical for m in metric_verdicts)
+    blocking_fail: list[str] = []
+    blocking_open: list[str] = []
+    warnings: list[str] = []
+    passed: list[str] = []
+    for m in metric_verdicts:
+        critical = m.critical or not any_critical
+        if m.verdict == FAIL:
+            if critical or cfg.noncritical_fail == "fail":
+                blocking_fail.append(m.reason)
+            else:
+                warnings.append(m.reason + " (non-critical: warning only)")
+        elif m.verdict == INCONCLUSIVE:
+            if critical:
+                blocking_open.append(m.reason)
+            else:
+                warnings.append(m.reason + " (non-critical: not blocking)")
+        else:
+            passed.append(m.reason)
+    if blocking_fail:
+        return Verdict(FAIL, blocking_fail, list(metric_verdicts), warnings)
+    if blocking_open:
+        return Verdict(INCONCLUSIVE, blocking_open, list(metric_verdicts), warnings)
+    return Verdict(PASS, passed, list(metric_verdicts), warnings)
+
+
+def judge(
+    baseline: Mapping[str, Sequence[Any]],
+    candidate: Mapping[str, Sequence[Any]],
+    specs: Sequence[MetricSpec],
+    config: GateConfig | None = None,
+    *,
+    invalid_baseline: int = 0,
+    invalid_candidate: int = 0,
+) -> Verdict:
+    """Judge several metrics given per-trial samples keyed by metric name."""
+    cfg = config or GateConfig()
+    results = [
+        judge_metric(
+            spec,
+            baseline.get(spec.name, []),
+            candidate.get(spec.name, []),
+            cfg,
+            invalid_baseline=invalid_baseline,
+            invalid_candidate=invalid_candidate,
+        )
+        for spec in specs
+    ]
+    return combine(results, cfg)
+
+
+def make_specs(
+    metrics: Sequence[str] | None = None,
+    max_regression_pct: float = 5.0,
+    thresholds: Mapping[str, float] | None = None,
+    critical: Sequence[str] | None = None,
+) -> list[MetricSpec]:
+    """Build metric specs: a default limit, per-metric overrides, critical set."""
+    names = list(metrics) if metrics else list(DEFAULT_METRICS)
+    thresholds = dict(thresholds or {})
+    unknown = set(thresholds) - set(names)
+    names.extend(sorted(unknown))  # a threshold for a metric means: judge it
+    crit = set(DEFAULT_CRITICAL if critical is None else critical)
+    seen: set[str] = set()
+    specs: list[MetricSpec] = []
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        limit = float(thresholds.get(name, max_regression_pct))
+        if limit < 0:
+            raise ValueError(f"max_regression_pct for {name} must be >= 0, got {limit}")
+        specs.append(
+            MetricSpec(
+                name=name,
+                max_regression_pct=limit,
+                direction=direction_of(name),
+                critical=name in crit,
+            )
+        )
+    return specs
+
+
+# --------------------------------------------------------------------------
+# Result JSON adapter (schema benchgate.result/1, read tolerantly)
+# --------------------------------------------------------------------------
+
+#: Other spellings seen in results (vLLM's bench output among them).
+_ALIASES = {
+    "output_tokens_per_s": ("output_throughput", "output_tok_per_s", "tokens_per_s"),
+    "request_throughput": ("requests_per_s", "req_per_s"),
+    "total_tokens_per_s": ("total_token_throughput",),
+    "ttft_ms": ("ttft",),
+    "tpot_ms": ("tpot",),
+    "itl_ms": ("itl",),
+    "e2el_ms": ("e2el", "e2e_latency_ms"),
+}
+
+
+def _metric_value(metrics: Mapping[str, Any], metric: str, stat: str) -> Any:
+    value: Any = None
+    for key in (metric, *_ALIASES.get(metric, ())):
+        if key in metrics:
+            value = metrics[key]
+            break
+    else:
+        # vLLM bench flat style: median_ttft_ms, p99_tpot_ms, ...
+        flat = f"{stat}_{metric}"
+        if flat in metrics:
+            value = metrics[flat]
+    if isinstance(value, Mapping):
+        order = [stat]
+        if stat == "median":
+            order.append("p50")
+        elif stat == "p50":
+            order.append("median")
+        for key in order:
+            if key in value:
+                return value[key]
+        return None
+    return value
+
+
+def _trial_valid(trial: Mapping[str, Any]) -> bool:
+    valid = trial.get("valid")
+    if valid is None:
+        # No flag: valid unless the trial says it failed.
+        return not trial.get("error") and not trial.get("errors")
+    return valid is True
+
+
+def _trials(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    trials = result.get("trials")
+    if isinstance(trials, list):
+        return [t for t in trials if isinstance(t, Mapping)]
+    # A single-run result with metrics at the top level counts as one trial.
+    if isinstance(result.get("metrics"), Mapping):
+        return [result]
+    return []
+
+
+def samples_from_result(
+    result: Mapping[str, Any], metric: str, stat: str = "median"
+) -> list[float]:
+    """Per-trial values of ``metric`` from a result dict; invalid trials are skipped.
+
+    A metric may be a number (throughput) or a dict of statistics (latency:
+    ``median``/``mean``/``p90``/``p99``; ``stat`` picks one). Trials without the
+    metric, with ``valid: false``, or with non-numeric values are skipped:
+    they never count as evidence for a PASS.
+    """
+    out: list[float] = []
+    for trial in _trials(result):
+        if not _trial_valid(trial):
+            continue
+        metrics = trial.get("metrics")
+        if not isinstance(metrics, Mapping):
+            continue
+        value = _metric_value(metrics, metric, stat)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        out.append(float(value))
+    return out
+
+
+def count_trials(result: Mapping[str, Any]) -> tuple[int, int]:
+    """(valid, invalid) trial counts of a result dict."""
+    trials = _trials(result)
+    valid = sum(1 for t in trials if _trial_valid(t))
+    return valid, len(trials) - valid
+
+
+def judge_results(
+    baseline: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    specs: Sequence[MetricSpec] | None = None,
+    config: GateConfig | None = None,
+) -> Verdict:
+    """Judge two ``benchgate.result/1`` dicts."""
+    cfg = config or GateConfig()
+    specs = list(specs) if specs is not None else make_specs()
+    b_valid, b_invalid = count_trials(baseline)
+    c_valid, c_invalid = count_trials(candidate)
+    results = []
+    for spec in specs:
+        stat = "median" if spec.resolved_direction() is Direction.HIGHER else cfg.latency_stat
+        results.append(
+            judge_metric(
+                spec,
+                samples_from_result(baseline, spec.name, stat),
+                samples_from_result(candidate, spec.name, stat),
+                cfg,
+                invalid_baseline=b_invalid,
+                invalid_candidate=c_invalid,
+            )
+        )
+    return combine(results, cfg)
+
+
+def needs_more_trials(verdict: Verdict | str, trials_done: int, budget: int) -> bool:
+    """Whether to run more trials before acting on ``verdict``.
+
+    True only for INCONCLUSIVE while ``trials_done < budget``. PASS and FAIL are
+    final; an INCONCLUSIVE verdict with the budget spent is for the caller's
+    policy (default: block the rollout).
+    """
+    name = verdict.verdict if isinstance(verdict, Verdict) else str(verdict).upper()
+    return name == INCONCLUSIVE and trials_done < budget
+
+
+# --------------------------------------------------------------------------
+# The naive rule, for comparison
+# --------------------------------------------------------------------------
+
+
+def naive_verdict(
+    baseline: float, candidate: float, direction: Direction | str, max_regression_pct: float = 5.0
+) -> str:
+    """One run each: FAIL when the candidate is ``max_regression_pct`` % or more worse.
+
+    This is what most upgrade scripts do; the decision-quality benchmark shows
+    how often it blocks identical releases and misses real regressions.
+    """
+    d = Direction(direction)
+    if baseline <= 0:
+        raise ValueError("baseline must be positive")
+    change = (candidate - baseline) / baseline * 100.0
+    regression = -change if d is Direction.HIGHER else change
+    return FAIL if regression >= max_regression_pct else PASS
+
+
+def render_table(verdict: Verdict) -> str:
+    """A plain-text table of the per-metric outcome plus the reasons."""
+    header = ("metric", "baseline", "candidate", "change", "bounds", "p", "limit", "verdict")
+    rows: list[tuple[str, ...]] = [header]
+    for m in verdict.metrics:
+
+        def num(x: float | None) -> str:
+            return "-" if x is None else _fmt(x)
+
+        bounds = (
+            "-"
+            if m.change_lo_pct is None or m.change_hi_pct is None
+            else f"{_pct(m.change_lo_pct)}…{_pct(m.change_hi_pct)}"
+        )
+        rows.append(
+            (
+                m.metric + (" *" if m.critical else ""),
+                f"{num(m.baseline_median)} (n={m.n_baseline})",
+                f"{num(m.candidate_median)} (n={m.n_candidate})",
+                "-" if m.change_pct is None else _pct(m.change_pct),
+                bounds,
+                "-" if m.p_value is None else f"{m.p_value:.3g}",
+                f"{m.max_regression_pct:g}%",
+                m.verdict,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append(f"verdict: {verdict.verdict}   (* critical)")
+    lines.extend(f"  - {r}" for r in verdict.reasons)
+    lines.extend(f"  ! {w}" for w in verdict.warnings)
+    return "\n".join(lines)

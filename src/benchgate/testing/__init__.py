@@ -1,0 +1,1 @@
+"""Test helpers shipped with benchgate (a fake OpenAI-compatible server)."""

@@ -1,0 +1,330 @@
+"""A synthetic OpenAI-compatible streaming server (aiohttp) for tests and benchmarks.
+
+It streams ``/v1/completions`` and ``/v1/chat/completions`` like vLLM (one SSE
+event per token, a usage chunk, ``data: [DONE]``) with a configurable time to
+first token and inter-token latency, on an absolute schedule so the timing a
+client measures is the timing configured.  Faults can be injected on every
+N-th request: HTTP 500, a stream cut mid-response, malformed SSE, an error
+event, or a slow response (to trigger timeouts).  ``fast`` mode streams as
+fast as the event loop allows (for client-ceiling benchmarks).
+
+It also serves ``/v1/models``, ``/health``, ``/version`` and a vLLM-style
+``/metrics`` (whose counters follow what it generated).
+
+Run standalone::
+
+    python -m benchgate.testing.fakeserver --port 8199 --ttft-ms 50 --itl-ms 10
+    python -m benchgate.testing.fakeserver --port 8199 --fast
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+FAULTS = ("http_500", "cut", "malformed", "error_event", "slow")
+
+
+@dataclass
+class FakeConfig:
+    model: str = "fake"
+    version: str = "0.0.0+fake"
+    ttft_s: float = 0.05
+    itl_s: float = 0.01
+    output_len: int | None = None  # None: the request's max_tokens
+    default_max_tokens: int = 16
+    fast: bool = False  # no delays at all
+    fault: str | None = None  # one of FAULTS
+    fault_every: int = 1  # the fault hits requests 1*N, 2*N, ... (1 = every request)
+    cut_after: int = 3  # tokens streamed before a "cut"
+    slow_s: float = 30.0  # delay before the first token of a "slow" request
+    spec_decode: bool = False  # expose speculative decoding counters
+    metrics_mode: str = "ok"  # "ok", "missing" (404) or "garbled"
+    api_key: str | None = None  # require this Bearer token
+
+
+@dataclass
+class FakeState:
+    requests: int = 0
+    running: int = 0
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    success: int = 0
+    ttft_sum: float = 0.0
+    ttft_count: int = 0
+    spec_drafts: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+
+SPEC_K = 3
+SPEC_ACCEPT = (0.6, 0.3, 0.1)  # share of drafts accepted at each position
+
+
+class FakeServer:
+    """``async with FakeServer(FakeConfig(...)) as srv: srv.base_url``"""
+
+    def __init__(
+        self, config: FakeConfig | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.config = config or FakeConfig()
+        self.state = FakeState()
+        self.host = host
+        self.port = port
+        self.app = make_app(self)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ metrics
+
+    def metrics_text(self) -> str:
+        s = self.state
+        labels = f'engine="0",model_name="{self.config.model}"'
+        lines = []
+
+        def metric(name: str, kind: str, value: float, extra: str = "") -> None:
+            lines.append(f"# HELP {name} fake {name}")
+            lines.append(f"# TYPE {name} {kind}")
+            sample = f"{name}_total" if kind == "counter" else name
+            lbl = labels + ("," + extra if extra else "")
+            lines.append(f"{sample}{{{lbl}}} {float(value)}")
+
+        metric("vllm:num_requests_running", "gauge", s.running)
+        metric("vllm:num_requests_waiting", "gauge", 0)
+        metric("vllm:kv_cache_usage_perc", "gauge", min(1.0, s.running / 100.0))
+        metric("vllm:prompt_tokens", "counter", s.prompt_tokens)
+        metric("vllm:generation_tokens", "counter", s.generation_tokens)
+        metric("vllm:request_success", "counter", s.success, 'finished_reason="length"')
+        lines.append("# HELP vllm:time_to_first_token_seconds fake")
+        lines.append("# TYPE vllm:time_to_first_token_seconds histogram")
+        lines.append(
+            f'vllm:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {float(s.ttft_count)}'
+        )
+        lines.append(f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(s.ttft_count)}")
+        lines.append(f"vllm:time_to_first_token_seconds_sum{{{labels}}} {s.ttft_sum}")
+        if self.config.spec_decode:
+            accepted = sum(s.spec_accepted_per_pos)
+            metric("vllm:spec_decode_num_drafts", "counter", s.spec_drafts)
+            metric("vllm:spec_decode_num_draft_tokens", "counter", s.spec_drafts * SPEC_K)
+            metric("vllm:spec_decode_num_accepted_tokens", "counter", accepted)
+            lines.append("# HELP vllm:spec_decode_num_accepted_tokens_per_pos fake")
+            lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+            for pos, value in enumerate(s.spec_accepted_per_pos):
+                lines.append(
+                    "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                    f'{{{labels},position="{pos}"}} {float(value)}'
+                )
+        return "\n".join(lines) + "\n"
+
+    def count_tokens(self, n: int) -> None:
+        self.state.generation_tokens += n
+        if self.config.spec_decode:
+            drafts = (n + 1) // 2
+            self.state.spec_drafts += drafts
+            for pos, share in enumerate(SPEC_ACCEPT):
+                self.state.spec_accepted_per_pos[pos] += int(drafts * share)
+
+
+def _event(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_app(server: FakeServer) -> web.Application:
+    app = web.Application()
+
+    def authorized(request: web.Request) -> bool:
+        key = server.config.api_key
+        return not key or request.headers.get("Authorization") == f"Bearer {key}"
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": server.config.version})
+
+    async def models(request: web.Request) -> web.Response:
+        if not authorized(request):
+            return web.json_response({"error": "unauthorized"}, status=401)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": server.config.model, "object": "model", "max_model_len": 4096}],
+            }
+        )
+
+    async def metrics(request: web.Request) -> web.Response:
+        mode = server.config.metrics_mode
+        if mode == "missing":
+            return web.Response(status=404, text="Not Found")
+        if mode == "garbled":
+            return web.Response(text='vllm:generation_tokens_total{engine="0" 12 oops\n\x00{{{')
+        return web.Response(text=server.metrics_text(), content_type="text/plain")
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        cfg = server.config
+        st = time.perf_counter()
+        if not authorized(request):
+            return web.json_response({"error": "unauthorized"}, status=401)
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        server.state.requests += 1
+        nth = server.state.requests
+        fault = cfg.fault if cfg.fault and nth % max(1, cfg.fault_every) == 0 else None
+        if fault == "http_500":
+            return web.json_response({"error": "injected fault"}, status=500)
+        n_out = cfg.output_len or int(body.get("max_tokens") or cfg.default_max_tokens)
+        if chat:
+            prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        else:
+            prompt = str(body.get("prompt", ""))
+        n_prompt = max(1, len(prompt.split()))
+        if not body.get("stream"):
+            server.state.prompt_tokens += n_prompt
+            server.count_tokens(n_out)
+            server.state.success += 1
+            text = " tok" * n_out
+            choice: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}}
+                if chat
+                else {"index": 0, "text": text}
+            )
+            choice["finish_reason"] = "length"
+            return web.json_response(
+                {
+                    "id": f"fake-{nth}",
+                    "model": cfg.model,
+                    "choices": [choice],
+                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out},
+                }
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        server.state.prompt_tokens += n_prompt
+        server.state.running += 1
+        rid = f"fake-{nth}"
+        obj_name = "chat.completion.chunk" if chat else "text_completion"
+
+        def token_chunk(last: bool) -> dict[str, Any]:
+            c: dict[str, Any] = (
+                {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
+            )
+            c["finish_reason"] = "length" if last else None
+            return {"id": rid, "object": obj_name, "model": cfg.model, "choices": [c]}
+
+        plain = _event(token_chunk(False))
+        try:
+            if chat:
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+                await resp.write(_event({"id": rid, "object": obj_name, "choices": [role]}))
+            for i in range(n_out):
+                if fault == "slow" and i == 0:
+                    await asyncio.sleep(cfg.slow_s)
+                if cfg.fast:
+                    if i % 8 == 0:
+                        await asyncio.sleep(0)
+                else:
+                    delay = st + cfg.ttft_s + i * cfg.itl_s - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if i == 0:
+                    server.state.ttft_sum += time.perf_counter() - st
+                    server.state.ttft_count += 1
+                if fault == "cut" and i == cfg.cut_after:
+                    server.count_tokens(i)
+                    if request.transport is not None:
+                        request.transport.close()
+                    return resp
+                if fault == "malformed" and i == cfg.cut_after:
+                    await resp.write(b"data: {this is not json\n\n")
+                    continue
+                if fault == "error_event" and i == cfg.cut_after:
+                    await resp.write(_event({"error": {"message": "injected", "code": 500}}))
+                    break
+                await resp.write(plain if i < n_out - 1 else _event(token_chunk(True)))
+            else:
+                server.count_tokens(n_out)
+                server.state.success += 1
+                usage = {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": n_out,
+                    "total_tokens": n_prompt + n_out,
+                }
+                await resp.write(
+                    _event({"id": rid, "object": obj_name, "choices": [], "usage": usage})
+                )
+                await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            server.state.running -= 1
+        return resp
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_post("/v1/chat/completions", generate)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8199)
+    parser.add_argument("--model", default="fake")
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--output-len", type=int, default=None)
+    parser.add_argument("--fast", action="store_true", help="no delays: as fast as possible")
+    parser.add_argument("--fault", choices=FAULTS, default=None)
+    parser.add_argument("--fault-every", type=int, default=1)
+    parser.add_argument("--spec-decode", action="store_true")
+    args = parser.parse_args(argv)
+    server = FakeServer(
+        FakeConfig(
+            model=args.model,
+            ttft_s=args.ttft_ms / 1000.0,
+            itl_s=args.itl_ms / 1000.0,
+            output_len=args.output_len,
+            fast=args.fast,
+            fault=args.fault,
+            fault_every=args.fault_every,
+            spec_decode=args.spec_decode,
+        ),
+        host=args.host,
+        port=args.port,
+    )
+    web.run_app(server.app, host=args.host, port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

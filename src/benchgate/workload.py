@@ -1,0 +1,408 @@
+"""Named, versioned benchmark workloads.
+
+A workload file (YAML, in ``workloads/``) fixes everything that decides what a
+benchmark measures: prompt source and lengths, sampling, concurrency or
+request rate, requests per trial, warm-up and number of trials.  Its
+``hash`` (sha256 of the canonical JSON of the parsed workload) is recorded in
+every result, so two results are only compared when they measured the same
+thing.
+
+Target-side code: keep it Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+WORKLOAD_SCHEMA = "benchgate.workload/1"
+APIS = ("completions", "chat")
+PROMPT_SOURCES = ("synthetic", "file", "sharegpt")
+
+# Overrides accepted from the CLI and the Ansible module.
+OVERRIDABLE = (
+    "concurrency",
+    "num_requests",
+    "trials",
+    "input_len",
+    "output_len",
+    "warmup",
+    "request_rate",
+    "timeout_s",
+)
+
+
+class WorkloadError(ValueError):
+    """A workload file or dict is malformed; ``field`` names the offending key."""
+
+    def __init__(self, field_name: str, message: str, source: str | None = None) -> None:
+        self.field = field_name
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}workload field '{field_name}': {message}")
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """Where prompts come from.
+
+    * ``synthetic``: seeded random words, about ``input_len`` tokens each.
+    * ``file``: a text file (prompts separated by blank lines) or a JSON list
+      of strings; ``path`` is relative to the workload file.
+    * ``sharegpt``: a ShareGPT-style JSON list of ``{"conversations": [...]}``;
+      the first human turn of each conversation is the prompt.
+    """
+
+    source: str = "synthetic"
+    seed: int = 0
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    version: int
+    input_len: int
+    output_len: int
+    concurrency: int
+    num_requests: int
+    trials: int
+    warmup: int = 0
+    api: str = "completions"
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    max_error_rate: float = 0.0
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    timeout_s: float = 300.0
+    prompts: PromptSource = field(default_factory=PromptSource)
+    description: str = ""
+    # Directory the workload was loaded from (resolves relative prompt paths).
+    # Not part of the identity of the workload, so not hashed.
+    base_dir: str | None = field(default=None, compare=False)
+
+    def params(self) -> dict[str, Any]:
+        """The parameters that define the measurement (what is hashed)."""
+        data = dataclasses.asdict(self)
+        data.pop("base_dir", None)
+        data.pop("description", None)
+        return data
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the canonical JSON of what is measured.
+
+        ``timeout_s`` is left out: it decides when to give up, not what is measured.
+        """
+        identity = self.params()
+        identity.pop("timeout_s", None)
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def with_overrides(self, **overrides: Any) -> Workload:
+        """A copy with the given parameters replaced (``None`` values ignored).
+
+        The result is validated again, so ``concurrency=0`` is an error naming
+        ``concurrency``.  A changed workload gets a different ``hash``.
+        """
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        unknown = sorted(set(changes) - set(OVERRIDABLE))
+        if unknown:
+            raise WorkloadError(unknown[0], "cannot be overridden")
+        if not changes:
+            return self
+        data = self.params()
+        data.update(changes)
+        data["prompts"] = dataclasses.asdict(self.prompts)
+        data["description"] = self.description
+        return parse_workload(data, base_dir=self.base_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.params()
+        data["description"] = self.description
+        return data
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+_INT_FIELDS = {
+    "version": 1,
+    "input_len": 1,
+    "output_len": 1,
+    "concurrency": 1,
+    "num_requests": 1,
+    "trials": 1,
+    "warmup": 0,
+}
+_KNOWN = {f.name for f in dataclasses.fields(Workload)} - {"base_dir"} | {"schema"}
+
+
+def _int(data: Mapping[str, Any], key: str, minimum: int, source: str | None) -> int:
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkloadError(key, f"must be an integer, got {value!r}", source)
+    if value < minimum:
+        raise WorkloadError(key, f"must be >= {minimum}, got {value}", source)
+    return value
+
+
+def _float(
+    data: Mapping[str, Any],
+    key: str,
+    default: float,
+    source: str | None,
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    strict_min: bool = False,
+) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(key, f"must be a number, got {value!r}", source)
+    value = float(value)
+    if value < minimum or (strict_min and value == minimum):
+        op = ">" if strict_min else ">="
+        raise WorkloadError(key, f"must be {op} {minimum}, got {value}", source)
+    if maximum is not None and value > maximum:
+        raise WorkloadError(key, f"must be <= {maximum}, got {value}", source)
+    return value
+
+
+def _prompt_source(raw: Any, source: str | None) -> PromptSource:
+    if raw is None:
+        return PromptSource()
+    if not isinstance(raw, Mapping):
+        raise WorkloadError("prompts", f"must be a mapping, got {type(raw).__name__}", source)
+    unknown = sorted(set(raw) - {"source", "seed", "path"})
+    if unknown:
+        raise WorkloadError(f"prompts.{unknown[0]}", "unknown key", source)
+    kind = raw.get("source", "synthetic")
+    if kind not in PROMPT_SOURCES:
+        raise WorkloadError(
+            "prompts.source", f"must be one of {', '.join(PROMPT_SOURCES)}, got {kind!r}", source
+        )
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise WorkloadError("prompts.seed", f"must be an integer, got {seed!r}", source)
+    path = raw.get("path")
+    if kind in ("file", "sharegpt"):
+        if not isinstance(path, str) or not path:
+            raise WorkloadError("prompts.path", f"is required for source {kind!r}", source)
+    elif path is not None:
+        raise WorkloadError("prompts.path", "is only valid for source 'file' or 'sharegpt'", source)
+    return PromptSource(source=kind, seed=seed, path=path)
+
+
+def parse_workload(data: Any, base_dir: str | None = None, source: str | None = None) -> Workload:
+    """Validate a parsed workload mapping; errors name the field."""
+    if not isinstance(data, Mapping):
+        raise WorkloadError("<root>", f"must be a mapping, got {type(data).__name__}", source)
+    unknown = sorted(set(data) - _KNOWN)
+    if unknown:
+        raise WorkloadError(unknown[0], "unknown key", source)
+    schema = data.get("schema", WORKLOAD_SCHEMA)
+    if schema != WORKLOAD_SCHEMA:
+        raise WorkloadError("schema", f"must be {WORKLOAD_SCHEMA!r}, got {schema!r}", source)
+    for key in (
+        "name",
+        "version",
+        "input_len",
+        "output_len",
+        "concurrency",
+        "num_requests",
+        "trials",
+    ):
+        if key not in data or data[key] is None:
+            raise WorkloadError(key, "is required", source)
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise WorkloadError("name", "must be a non-empty string", source)
+    ints = {
+        key: _int(data, key, minimum, source)
+        for key, minimum in _INT_FIELDS.items()
+        if key in data and data[key] is not None
+    }
+    api = data.get("api", "completions")
+    if api not in APIS:
+        raise WorkloadError("api", f"must be one of {', '.join(APIS)}, got {api!r}", source)
+    ignore_eos = data.get("ignore_eos", True)
+    if not isinstance(ignore_eos, bool):
+        raise WorkloadError("ignore_eos", f"must be true or false, got {ignore_eos!r}", source)
+    request_rate = data.get("request_rate")
+    if request_rate is not None:
+        request_rate = _float(data, "request_rate", 0.0, source, strict_min=True)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise WorkloadError("description", "must be a string", source)
+    return Workload(
+        name=name,
+        version=ints["version"],
+        input_len=ints["input_len"],
+        output_len=ints["output_len"],
+        concurrency=ints["concurrency"],
+        num_requests=ints["num_requests"],
+        trials=ints["trials"],
+        warmup=ints.get("warmup", 0),
+        api=api,
+        ignore_eos=ignore_eos,
+        temperature=_float(data, "temperature", 0.0, source, maximum=2.0),
+        max_error_rate=_float(data, "max_error_rate", 0.0, source, maximum=1.0),
+        request_rate=request_rate,
+        burstiness=_float(data, "burstiness", 1.0, source, strict_min=True),
+        timeout_s=_float(data, "timeout_s", 300.0, source, strict_min=True),
+        prompts=_prompt_source(data.get("prompts"), source),
+        description=description,
+        base_dir=base_dir,
+    )
+
+
+def default_search_dirs() -> list[Path]:
+    """Where ``load_workload`` looks up a workload given by name."""
+    dirs = []
+    env = os.environ.get("BENCHGATE_WORKLOADS_DIR")
+    if env:
+        dirs.append(Path(env))
+    dirs.append(Path.cwd() / "workloads")
+    # A source checkout / editable install: <repo>/src/benchgate/workload.py
+    dirs.append(Path(__file__).resolve().parents[2] / "workloads")
+    return dirs
+
+
+def resolve_workload_path(name_or_path: str, search_dirs: Sequence[Path] | None = None) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    if os.sep not in name_or_path and not path.suffix:
+        for directory in search_dirs if search_dirs is not None else default_search_dirs():
+            for suffix in (".yml", ".yaml"):
+                candidate = directory / f"{name_or_path}{suffix}"
+                if candidate.is_file():
+                    return candidate
+    raise WorkloadError("<file>", f"no workload file or name {name_or_path!r} found")
+
+
+def load_workload(name_or_path: str | Path, search_dirs: Sequence[Path] | None = None) -> Workload:
+    """Load a workload from a YAML file path, or by name from ``workloads/``."""
+    path = resolve_workload_path(str(name_or_path), search_dirs)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise WorkloadError("<file>", f"not valid YAML: {exc}", str(path)) from exc
+    return parse_workload(data, base_dir=str(path.parent.resolve()), source=str(path))
+
+
+def workload_from_any(
+    value: str | Path | Mapping[str, Any] | Workload, base_dir: str | None = None
+) -> Workload:
+    """A workload from a path/name, a mapping (e.g. Ansible vars) or a Workload."""
+    if isinstance(value, Workload):
+        return value
+    if isinstance(value, Mapping):
+        return parse_workload(value, base_dir=base_dir, source="<dict>")
+    return load_workload(value)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: ``text`` for completions; also sent as a user message for chat."""
+
+    text: str
+    approx_tokens: int
+
+
+# Short, common words: with a BPE tokenizer each is about one token with its space.
+_WORD_TEXT = (
+    "the of and to in is for on that with as by at from this be it or are an was not but "
+    "all can has have one if which will more about time when out up there what new so "
+    "some other into than only its over also use two how our work first well way even any "
+    "these may after most where back such long make day good each just through high old "
+    "great see part place case point group number world area state system value data line "
+    "name file list test code text type word read write open close start end run set get "
+    "call return class model token server client request result error event order level "
+    "range table field block thread queue task "
+)
+_WORDS = tuple(_WORD_TEXT.split())
+
+
+def _synthetic_prompts(n: int, input_len: int, seed: int) -> list[Prompt]:
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(n):
+        words = [rng.choice(_WORDS) for _ in range(input_len)]
+        prompts.append(Prompt(text=" ".join(words), approx_tokens=input_len))
+    return prompts
+
+
+def _approx_tokens(text: str) -> int:
+    # About 4 characters per token for English-like text.
+    return max(1, len(text) // 4)
+
+
+def _read_prompt_file(path: Path) -> list[str]:
+    raw = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(raw)
+        if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
+            raise WorkloadError("prompts.path", f"{path} must hold a JSON list of strings")
+        return [p for p in data if p.strip()]
+    return [block.strip() for block in raw.split("\n\n") if block.strip()]
+
+
+def _read_sharegpt(path: Path) -> list[str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise WorkloadError("prompts.path", f"{path} must hold a JSON list of conversations")
+    prompts = []
+    for item in data:
+        turns = item.get("conversations") if isinstance(item, Mapping) else None
+        if not isinstance(turns, list):
+            continue
+        for turn in turns:
+            if isinstance(turn, Mapping) and turn.get("from") in ("human", "user"):
+                value = turn.get("value")
+                if isinstance(value, str) and value.strip():
+                    prompts.append(value)
+                break
+    return prompts
+
+
+def build_prompts(workload: Workload, n: int, offset: int = 0) -> list[Prompt]:
+    """``n`` prompts for the workload, deterministic for its seed.
+
+    ``offset`` selects a different slice of the (seeded) sequence, so warm-up
+    and trials do not reuse the same prompts (no prefix-cache hits).
+    """
+    src = workload.prompts
+    if src.source == "synthetic":
+        return _synthetic_prompts(offset + n, workload.input_len, src.seed)[offset:]
+    assert src.path is not None
+    path = Path(src.path).expanduser()
+    if not path.is_absolute() and workload.base_dir:
+        path = Path(workload.base_dir) / path
+    if not path.is_file():
+        raise WorkloadError("prompts.path", f"file not found: {path}")
+    try:
+        texts = _read_sharegpt(path) if src.source == "sharegpt" else _read_prompt_file(path)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, WorkloadError):
+            raise
+        raise WorkloadError("prompts.path", f"cannot read {path}: {exc}") from exc
+    if not texts:
+        raise WorkloadError("prompts.path", f"no prompts in {path}")
+    rng = random.Random(src.seed)
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    chosen = [texts[order[i % len(order)]] for i in range(offset, offset + n)]
+    return [Prompt(text=text, approx_tokens=_approx_tokens(text)) for text in chosen]

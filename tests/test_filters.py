@@ -1,0 +1,141 @@
+"""The vllm filter plugin, loaded the way Ansible loads it (FilterModule().filters())."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+def _load_plugin():
+    spec = importlib.util.spec_from_file_location("bg_filter_vllm", ROOT / "plugins/filter/vllm.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PLUGIN = _load_plugin()
+F = PLUGIN.FilterModule().filters()
+SETTINGS = {
+    "executable": "/opt/benchgate/vllm/current/bin/vllm",
+    "model": "/models/target",
+    "served_model_name": "tiny",
+    "port": "8000",  # as it arrives from -e
+    "speculative": {"method": "ngram", "num_speculative_tokens": "3", "prompt_lookup_max": 3},
+    "cli": "config",
+}
+
+
+def test_filter_names():
+    assert set(F) == {
+        "vllm_serve_argv",
+        "systemd_exec_quote",
+        "vllm_speculative_errors",
+        "vllm_cli_generation",
+    }
+
+
+def test_argv_then_quote():
+    argv = F["vllm_serve_argv"](SETTINGS)
+    assert argv[:3] == [SETTINGS["executable"], "serve", "/models/target"]
+    assert argv[argv.index("--port") + 1] == "8000"
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens"] == 3
+    line = F["systemd_exec_quote"](argv)
+    assert line.startswith("/opt/benchgate/vllm/current/bin/vllm serve /models/target ")
+    assert '--speculative-config "{\\"method\\":\\"ngram\\"' in line
+
+
+def test_argv_old_cli():
+    argv = F["vllm_serve_argv"](dict(SETTINGS, cli="flags"))
+    assert argv[-6:] == [
+        "--speculative-model",
+        "[ngram]",
+        "--num-speculative-tokens",
+        "3",
+        "--ngram-prompt-lookup-max",
+        "3",
+    ]
+
+
+def test_argv_speculative_off():
+    argv = F["vllm_serve_argv"](dict(SETTINGS, speculative={}))
+    assert not any("spec" in w for w in argv)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ("not a dict", "expects a mapping"),
+        ({"model": "/m"}, "'executable' is required"),
+        (dict(SETTINGS, tp=2), "unknown setting(s) tp"),
+        (dict(SETTINGS, cli="new"), "cli must be 'config', 'flags' or 'none'"),
+        (
+            dict(
+                SETTINGS,
+                speculative={
+                    "method": "ngramm",
+                    "num_speculative_tokens": 3,
+                    "prompt_lookup_max": 3,
+                },
+            ),
+            "did you mean 'ngram'",
+        ),
+        (dict(SETTINGS, speculative=["ngram"]), "must be a mapping"),
+        (dict(SETTINGS, cli="none"), "no speculative decoding options"),
+        (dict(SETTINGS, extra_args="--enforce-eager"), "list of words"),
+    ],
+)
+def test_argv_bad_input_raises(settings, message):
+    with pytest.raises(AnsibleFilterError, match=None) as info:
+        F["vllm_serve_argv"](settings)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["/bin/echo hi", [], ["vllm", "serve"], ["/bin/x", None]])
+def test_quote_bad_input_raises(bad):
+    with pytest.raises(AnsibleFilterError):
+        F["systemd_exec_quote"](bad)
+
+
+def test_speculative_errors():
+    assert F["vllm_speculative_errors"]({}) == []
+    spec = {"model": "/models/draft", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}
+    assert F["vllm_speculative_errors"](spec, 2) == []
+    (msg,) = F["vllm_speculative_errors"](spec, 4)
+    assert "must be 1 or the target's tensor_parallel_size (4)" in msg
+    (msg,) = F["vllm_speculative_errors"]("{oops")
+    assert "not valid JSON" in msg
+
+
+def test_cli_generation():
+    found = F["vllm_cli_generation"]((DATA / "vllm-serve-help-all-0.32.0.txt").read_text())
+    assert found["speculative"] == "config"
+    assert isinstance(found["flags"], list) and "--speculative-config" in found["flags"]
+    old = F["vllm_cli_generation"]((DATA / "vllm-serve-help-0.7.3-reconstructed.txt").read_text())
+    assert old["speculative"] == "flags"
+    with pytest.raises(AnsibleFilterError, match="--help=all"):
+        F["vllm_cli_generation"]((DATA / "vllm-serve-help-0.32.0.txt").read_text())
+    with pytest.raises(AnsibleFilterError):
+        F["vllm_cli_generation"](None)
+
+
+def test_missing_package_gives_an_actionable_error(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_benchgate(name, *args, **kwargs):
+        if name == "benchgate" or name.startswith("benchgate."):
+            raise ImportError("No module named 'benchgate'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_benchgate)
+    with pytest.raises(AnsibleFilterError, match="need the .benchgate. Python package"):
+        F["systemd_exec_quote"](["/bin/true"])

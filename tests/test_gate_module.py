@@ -1,0 +1,241 @@
+"""The benchgate_gate Ansible module: argument handling, check mode, ledger writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from benchgate import ledger
+
+MODULE_PATH = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "benchgate_gate.py"
+
+
+def _load_module() -> Any:
+    spec = importlib.util.spec_from_file_location("benchgate_gate", MODULE_PATH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gate_module = _load_module()
+
+
+class ExitJson(Exception):
+    pass
+
+
+class FailJson(Exception):
+    pass
+
+
+def _exit_json(self: Any, **kwargs: Any) -> None:
+    raise ExitJson(kwargs)
+
+
+def _fail_json(self: Any, **kwargs: Any) -> None:
+    raise FailJson(kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _patch_exits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+
+
+def make_result(scale: float, n: int = 5, seed: int = 0, invalid: int = 0) -> dict[str, Any]:
+    """A benchgate.result/1-shaped dict; throughput x scale, latencies / scale."""
+    rng = random.Random(seed)
+    trials: list[dict[str, Any]] = []
+    for i in range(n):
+        noise = 1 + rng.gauss(0, 0.01)
+        trials.append(
+            {
+                "index": i,
+                "valid": True,
+                "metrics": {
+                    "output_tokens_per_s": 400.0 * scale * noise,
+                    "request_throughput": 2.0 * scale * noise,
+                    "ttft_ms": {"mean": 55.0, "median": 50.0 / scale * noise, "p90": 80.0},
+                    "tpot_ms": {"mean": 21.0, "median": 20.0 / scale * noise, "p90": 30.0},
+                },
+            }
+        )
+    for j in range(invalid):
+        trials.append(
+            {"index": n + j, "valid": False, "invalid_reason": "error rate", "metrics": None}
+        )
+    return {
+        "schema": "benchgate.result/1",
+        "target": {"model": "tiny", "server_version": "0.11.0"},
+        "workload": {"name": "chat-short", "hash": "abc"},
+        "trials": trials,
+    }
+
+
+def run_module(args: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+    if check_mode:
+        args = {**args, "_ansible_check_mode": True}
+    with patch_module_args(args), pytest.raises((ExitJson, FailJson)) as exc:
+        gate_module.main()
+    out = exc.value.args[0]
+    out["_failed"] = isinstance(exc.value, FailJson)
+    return out
+
+
+def test_slower_candidate_fails_and_is_recorded(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite"
+    out = run_module(
+        {
+            "baseline": make_result(1.0, seed=1),
+            "candidate": make_result(0.7, seed=2),
+            "ledger": str(db),
+            "host": "gpu-1",
+            "release": "0.11.1",
+            "baseline_release": "0.11.0",
+        }
+    )
+    assert not out["_failed"]
+    assert out["verdict"] == "FAIL"
+    assert out["passed"] is False
+    assert out["changed"] is True
+    assert any(
+        r.startswith("output_tokens_per_s:") and "beyond the 5% limit" in r for r in out["reasons"]
+    )
+    tput = next(m for m in out["metrics"] if m["metric"] == "output_tokens_per_s")
+    assert tput["regression_pct"] == pytest.approx(30.0, abs=2.0)
+    latest = ledger.latest_verdicts(db)["gpu-1"]
+    assert latest.verdict == "FAIL"
+    assert latest.release == "0.11.1"
+    assert latest.id == out["ledger_ids"]["verdict_id"]
+    phases = sorted(r.phase for r in ledger.runs(db, host="gpu-1"))
+    assert phases == ["baseline", "candidate"]
+
+
+def test_check_mode_judges_but_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite"
+    out = run_module(
+        {
+            "baseline": make_result(1.0, seed=1),
+            "candidate": make_result(1.0, seed=2),
+            "ledger": str(db),
+            "host": "gpu-1",
+        },
+        check_mode=True,
+    )
+    assert out["verdict"] == "PASS"
+    assert out["passed"] is True
+    assert out["changed"] is False
+    assert "ledger_ids" not in out
+    assert not db.exists()
+
+
+def test_no_ledger_means_no_change_and_paths_are_read(tmp_path: Path) -> None:
+    b = tmp_path / "b.json"
+    c = tmp_path / "c.json"
+    b.write_text(json.dumps(make_result(1.0, seed=1)))
+    c.write_text(json.dumps(make_result(1.0, seed=3)))
+    out = run_module({"baseline": str(b), "candidate": str(c)})
+    assert out["verdict"] == "PASS"
+    assert out["changed"] is False
+    assert "output_tokens_per_s" in out["table"]
+
+
+def test_invalid_trials_make_it_inconclusive_not_pass() -> None:
+    baseline = make_result(1.0, n=5, seed=1)
+    candidate = make_result(1.0, n=2, seed=2, invalid=3)  # 5 trials, only 2 valid
+    out = run_module({"baseline": baseline, "candidate": candidate})
+    assert out["verdict"] == "INCONCLUSIVE"
+    assert out["passed"] is False
+    assert "too few valid trials" in out["reasons"][0]
+
+
+def test_per_metric_threshold_and_warn_policy() -> None:
+    baseline = make_result(1.0, seed=1)
+    candidate = make_result(1.0, seed=2)
+    for t in candidate["trials"]:
+        t["metrics"]["ttft_ms"]["median"] *= 1.3  # TTFT 30% worse, throughput unchanged
+    failing = run_module({"baseline": baseline, "candidate": candidate})
+    assert failing["verdict"] == "FAIL"
+    assert failing["reasons"][0].startswith("ttft_ms:")
+    warned = run_module({"baseline": baseline, "candidate": candidate, "noncritical_fail": "warn"})
+    assert warned["verdict"] == "PASS"
+    assert any(w.startswith("ttft_ms:") for w in warned["gate_warnings"])
+    tolerant = run_module(
+        {"baseline": baseline, "candidate": candidate, "thresholds": {"ttft_ms": 40}}
+    )
+    assert tolerant["verdict"] == "PASS"
+
+
+def test_ledger_requires_host() -> None:
+    out = run_module(
+        {"baseline": make_result(1.0), "candidate": make_result(1.0), "ledger": "/tmp/x.db"}
+    )
+    assert out["_failed"]
+    assert "host" in out["msg"]
+
+
+def test_missing_result_file_is_a_clear_failure(tmp_path: Path) -> None:
+    out = run_module({"baseline": str(tmp_path / "nope.json"), "candidate": make_result(1.0)})
+    assert out["_failed"]
+    assert "no such result file" in out["msg"]
+
+
+def test_unknown_metric_direction_fails_with_a_message() -> None:
+    out = run_module(
+        {"baseline": make_result(1.0), "candidate": make_result(1.0), "metrics": ["weird"]}
+    )
+    assert out["_failed"]
+    assert "weird" in out["msg"]
+
+
+def test_missing_benchgate_fails_with_missing_required_lib(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gate_module, "BENCHGATE_IMPORT_ERROR", "Traceback: no benchgate")
+    out = run_module({"baseline": make_result(1.0), "candidate": make_result(1.0)})
+    assert out["_failed"]
+    assert "benchgate" in out["msg"]
+    assert "required" in out["msg"]
+
+
+def test_gate_function_records_three_rows(tmp_path: Path) -> None:
+    db = tmp_path / "l.sqlite"
+    params = {k: v.get("default") for k, v in gate_module.ARGUMENT_SPEC.items()}
+    params.update(
+        baseline=make_result(1.0, seed=4),
+        candidate=make_result(0.85, seed=5),
+        ledger=str(db),
+        host="h",
+        release="0.12.0",
+    )
+    out = gate_module.gate(params, check_mode=False)
+    assert out["verdict"] == "FAIL"
+    with sqlite3.connect(db) as conn:
+        counts = [
+            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "trials", "verdicts")
+        ]
+    assert counts == [2, 10, 1]
+
+
+def test_documented_options_match_argument_spec() -> None:
+    import yaml
+
+    doc = yaml.safe_load(gate_module.DOCUMENTATION)
+    assert set(doc["options"]) == set(gate_module.ARGUMENT_SPEC)
+    for name, spec in gate_module.ARGUMENT_SPEC.items():
+        assert doc["options"][name]["type"] == spec["type"], name
+        assert doc["options"][name].get("default") == spec.get("default"), name
+        assert doc["options"][name].get("choices") == spec.get("choices"), name
+    assert doc["attributes"]["check_mode"]["support"] == "full"
+    yaml.safe_load(gate_module.EXAMPLES)
+    yaml.safe_load(gate_module.RETURN)
