@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchgate import stats
+import benchgate.stats as stats
 
 SECTION = "## Gate decision quality"
 

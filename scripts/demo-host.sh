@@ -12,7 +12,7 @@ if [ "${1:-}" = "--rm" ]; then
 fi
 name="${1:-benchgate-demo}"
 cache="${BENCHGATE_ROOT}/.cache"
-mkdir -p "${cache}/models" "${cache}/pip-target"
+mkdir -p "${cache}/models" "${cache}/wheels"
 
 if [ "$(podman container inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = "true" ]; then
   echo "demo host $name is running"
@@ -21,13 +21,16 @@ fi
 podman rm -f "$name" >/dev/null 2>&1 || true
 # The controller's CA bundle: where package traffic passes a TLS-inspecting
 # proxy, the host must trust the same CA (inventory: PIP_CERT).
-# models: read-only, as a model share would be; pip-target: a pip cache that
-# survives the container, so repeated demo runs do not download vLLM again.
-# SYS_ADMIN lets systemd set up the per-service namespaces that the unit's
+# models: read-only, as a model share would be.
+# wheels: the wheel share an air-gapped fleet would mount (scripts/bootstrap.sh
+# fills it on the controller with `pip download`).
+# vLLM's engine talks to its API server through /dev/shm (64 MiB by default
+# in podman, too small). SYS_ADMIN lets systemd set up the per-service namespaces that the unit's
 # hardening asks for (ProtectSystem, PrivateTmp, ...), as it can on a real host.
 podman run -d --name "$name" --hostname "$name" --systemd=always --cap-add SYS_ADMIN \
+  --shm-size 2g \
   -v "${cache}/models:/srv/models:ro" \
-  -v "${cache}/pip-target:/root/.cache/pip" \
+  -v "${cache}/wheels:/srv/wheels:ro" \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/benchgate-controller-ca.crt:ro \
   "$BENCHGATE_IMAGE" >/dev/null
 for _ in $(seq 1 60); do

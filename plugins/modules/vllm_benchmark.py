@@ -146,7 +146,8 @@ summary:
       valid trials, their median and which direction is better.
   returned: success, not in check mode
   type: dict
-  sample: {"output_tokens_per_s": {"samples": [431.2, 436.0, 433.9], "median": 433.9, "better": "higher"}}
+  sample:
+    output_tokens_per_s: {"samples": [431.2, 436.0, 433.9], "median": 433.9, "better": "higher"}
 target:
   description: Base URL, model and server version (from C(GET /version)).
   returned: success, not in check mode

@@ -60,8 +60,9 @@ LIKELY_CAUSES = (
     "v(n) and pass it as the verify curve",
     "the draft competes with the target for memory bandwidth (same GPUs, same HBM), so its "
     "real cost ratio c is higher than its size ratio",
-    "scheduler caps: vLLM V1 lowers the scheduled-token budget with speculative decoding on "
-    "(0.32: max_num_scheduled_tokens capped at 2048), shrinking batches under load",
+    "scheduler budget: with speculative decoding on, vLLM 0.32 sets max_num_scheduled_tokens "
+    "to max_num_batched_tokens (often 2048) and every request's draft slots count against it, "
+    "so fewer requests fit in a step under load (vllm/config/vllm.py)",
     "per-step overheads the model leaves out: draft not CUDA-graph captured, rejection "
     "sampling, CPU-side bookkeeping between draft and verify",
     "acceptance under the benchmark's workload is lower than the rates used here",
@@ -264,11 +265,9 @@ def break_even_draft_cost(
     dv = v(k + 1) - v(k)
     denom = e_prev - (k - 1) * a_k
     numer = a_k * v(k) - e_prev * dv
-    lowers: float | None
-    if denom > 0:
-        lowers = max(0.0, numer / denom)
-    else:  # a later position accepted more often than the average before it
-        lowers = None if numer > 0 else 0.0
+    # denom <= 0 only when a later position is accepted more often than the
+    # average before it (rates that rise); no threshold "above c" exists then.
+    lowers = max(0.0, numer / denom) if denom > 0 else None
     return BreakEven(position, lowers, max(0.0, a_k - dv))
 
 

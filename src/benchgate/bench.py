@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import platform
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +131,7 @@ async def run_benchmark_async(
         for index, prompts in enumerate(trial_prompts):
             on_done = _counting(report, "trial", index, len(prompts))
             report(Progress("trial", index, 0, len(prompts)))
-            before: Snapshot = await scrape(client, base_url, time.perf_counter())
+            before: Snapshot = await scrape(client, base_url)
             run = await run_requests(
                 client,
                 base_url,
@@ -143,7 +142,7 @@ async def run_benchmark_async(
                 on_done,
                 seed=workload.prompts.seed + index,
             )
-            after: Snapshot = await scrape(client, base_url, time.perf_counter())
+            after: Snapshot = await scrape(client, base_url)
             server = diff(before, after).to_dict()
             trials.append(
                 build_trial(
@@ -220,6 +219,7 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
         "workload": {"name": workload.name, "version": workload.version, "hash": workload.hash},
     }
     if check_mode:
+        build_prompts(workload, 1)  # a missing prompt file fails in check mode too
         base.update(skipped=True, msg="check mode: workload is valid; no load sent")
         return base
     result = run_benchmark(params["base_url"], workload, params.get("model"), params.get("api_key"))

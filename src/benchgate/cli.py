@@ -85,36 +85,29 @@ def _print_result(result: Any, console: Any) -> None:
         f"vLLM {tgt.server_version or '?'} | workload [bold]{wl.name}[/] v{wl.version} "
         f"({wl.hash[:12]})"
     )
-    trials = Table(title="Trials", show_lines=False)
-    for col in (
-        "trial",
-        "valid",
-        "requests",
-        "failed",
-        "duration s",
-        "out tok/s",
-        "server tok/s",
-        "diff %",
-        "TTFT p50 ms",
-        "TPOT p50 ms",
-    ):
+    trials = Table(title="Trials")
+    for col in ("#", "ok", "req", "fail", "dur s", "tok/s", "srv tok/s", "diff%", "TTFT", "TPOT"):
         trials.add_column(col, justify="right")
     for t in result.trials:
         m = t.metrics
         a = t.agreement
         trials.add_row(
             str(t.index),
-            "yes" if t.valid else f"[red]no[/]: {t.invalid_reason}",
+            "yes" if t.valid else "[red]NO[/]",
             str(t.num_requests),
             str(t.failed),
             _fmt(t.duration_s, 2),
             _fmt(m.output_tokens_per_s if m else None),
             _fmt(a.server_generation_tokens_per_s if a else None),
             _fmt(a.tokens_per_s_diff_pct if a else None, 2),
-            _fmt(m.ttft_ms.median if m and m.ttft_ms else None, 2),
+            _fmt(m.ttft_ms.median if m and m.ttft_ms else None, 1),
             _fmt(m.tpot_ms.median if m and m.tpot_ms else None, 2),
         )
     console.print(trials)
+    console.print("TTFT, TPOT: medians in ms; diff%: client tok/s vs the server's counter")
+    for t in result.trials:
+        if not t.valid:
+            console.print(f"[red]trial {t.index} invalid[/]: {t.invalid_reason}")
     table = Table(title=f"Summary over {result.summary.valid_trials} valid trial(s)")
     table.add_column("metric")
     table.add_column("per trial", justify="right")

@@ -14,6 +14,7 @@ Target-side code: keep it Python 3.9 compatible.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,17 +107,24 @@ def parse_metrics_text(text: str) -> Snapshot:
     return snap
 
 
-async def scrape(client: httpx.AsyncClient, base_url: str, perf_time: float) -> Snapshot:
-    """GET ``/metrics`` and parse it; failures become ``snap.error``."""
+async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot:
+    """GET ``/metrics`` and parse it; failures become ``snap.error``.
+
+    ``time_s`` is the midpoint of the HTTP exchange (``time.perf_counter``),
+    the best estimate of when the server read its counters; parsing the text
+    afterwards does not count.
+    """
     url = base_url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
+    sent = time.perf_counter()
     try:
         resp = await client.get(f"{url}/metrics", timeout=10.0)
     except httpx.HTTPError as exc:
         return Snapshot(
-            time_s=perf_time, error=ERROR_METRICS_UNAVAILABLE, detail=f"{type(exc).__name__}: {exc}"
+            time_s=sent, error=ERROR_METRICS_UNAVAILABLE, detail=f"{type(exc).__name__}: {exc}"
         )
+    perf_time = (sent + time.perf_counter()) / 2.0
     if resp.status_code != 200:
         return Snapshot(
             time_s=perf_time, error=ERROR_METRICS_UNAVAILABLE, detail=f"HTTP {resp.status_code}"

@@ -24,11 +24,16 @@ def unit_state(unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def journal(unit, lines=40):
-    return subprocess.run(
+def journal(unit, lines=400, keep=15):
+    """The unit's recent error lines (the root cause), else its last lines."""
+    text = subprocess.run(
         ["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"],
         capture_output=True, text=True, check=False,
-    ).stdout
+    ).stdout.splitlines()
+    errors = [line for line in text
+              if ("Error" in line or "error:" in line or "Exception" in line)
+              and "File \"" not in line]
+    return "\n".join((errors or text)[-keep:]) + "\n"
 
 
 def request(url, body=None, api_key="", timeout=30):

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +63,8 @@ class FakeState:
     ttft_count: int = 0
     spec_drafts: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=lambda: [0, 0, 0])
+    # perf_counter() when each streamed request's first token was written (in order).
+    first_token_at: list[float] = field(default_factory=list)
 
 
 SPEC_K = 3
@@ -84,7 +89,9 @@ class FakeServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -256,6 +263,7 @@ def make_app(server: FakeServer) -> web.Application:
                 if i == 0:
                     server.state.ttft_sum += time.perf_counter() - st
                     server.state.ttft_count += 1
+                    first_token_at = time.perf_counter()
                 if fault == "cut" and i == cfg.cut_after:
                     server.count_tokens(i)
                     if request.transport is not None:
@@ -268,6 +276,8 @@ def make_app(server: FakeServer) -> web.Application:
                     await resp.write(_event({"error": {"message": "injected", "code": 500}}))
                     break
                 await resp.write(plain if i < n_out - 1 else _event(token_chunk(True)))
+                if i == 0:
+                    server.state.first_token_at.append(first_token_at)
             else:
                 server.count_tokens(n_out)
                 server.state.success += 1
@@ -294,6 +304,34 @@ def make_app(server: FakeServer) -> web.Application:
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/chat/completions", generate)
     return app
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    config: FakeConfig | None = None, host: str = "127.0.0.1", port: int = 0
+) -> Iterator[FakeServer]:
+    """Run a FakeServer on its own event loop in a daemon thread (for sync callers)."""
+    loop = asyncio.new_event_loop()
+    server = FakeServer(config, host, port)
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="fakeserver", daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise RuntimeError("fake server did not start within 10 s")
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,156 @@
+"""Client fidelity: benchgate vs `vllm bench serve` against the same real vLLM server.
+
+Alternates runs of the two clients (same shape: fixed input/output lengths,
+ignore_eos, closed loop at a fixed concurrency), takes the median of each
+figure per client, and reports how far apart they are.  Also reports
+benchgate's agreement with the server's own ``vllm:generation_tokens_total``
+counter.  Prints figures; it is not a test.
+
+Needs a running server, e.g.::
+
+    HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 /var/tmp/vllm-0.32.0/bin/vllm serve \\
+        .cache/models/tiny-llama --served-model-name tiny --host 127.0.0.1 --port 8101 \\
+        --max-model-len 512 --dtype float32 --enforce-eager
+
+    .venv/bin/python benchmarks/client_fidelity.py --vllm /var/tmp/vllm-0.32.0/bin/vllm \\
+        --tokenizer .cache/models/tiny-llama --base-url http://127.0.0.1:8101 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchgate.bench import run_benchmark
+from benchgate.workload import parse_workload
+
+FIGURES = (
+    ("output tok/s", "output_tokens_per_s", "output_throughput"),
+    ("request/s", "request_throughput", "request_throughput"),
+    ("TTFT median ms", "ttft_ms.median", "median_ttft_ms"),
+    ("TTFT p99 ms", "ttft_ms.p99", "p99_ttft_ms"),
+    ("TPOT median ms", "tpot_ms.median", "median_tpot_ms"),
+    ("ITL median ms", "itl_ms.median", "median_itl_ms"),
+    ("e2el median ms", "e2el_ms.median", "median_e2el_ms"),
+)
+
+
+def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+    wl = parse_workload(
+        {
+            "name": "fidelity",
+            "version": 1,
+            "input_len": args.benchgate_input_len,
+            "output_len": args.output_len,
+            "concurrency": args.concurrency,
+            "num_requests": args.num_prompts,
+            "trials": 1,
+            "warmup": args.warmup,
+            "prompts": {"source": "synthetic", "seed": int(time.time())},
+        }
+    )
+    result = run_benchmark(args.base_url, wl, model=args.model)
+    trial = result.trials[0]
+    if not trial.valid:
+        raise SystemExit(f"benchgate trial invalid: {trial.invalid_reason}")
+    figures = {key: result.summary.metrics[key].median for _, key, _ in FIGURES}
+    extra = {
+        "prompt_tokens_mean": trial.prompt_tokens / trial.completed,
+        "agreement_pct": trial.agreement.tokens_per_s_diff_pct,
+        "tokens_diff_pct": trial.agreement.tokens_diff_pct,
+        "server_tok_s": trial.server.get("generation_tokens_per_s"),
+    }
+    return figures, extra
+
+
+def run_vllm_bench(args: argparse.Namespace, out_dir: Path, i: int) -> dict[str, float]:
+    name = f"vllm-bench-{i}.json"
+    cmd = [
+        args.vllm, "bench", "serve", "--backend", "vllm", "--base-url", args.base_url,
+        "--model", args.model, "--tokenizer", args.tokenizer, "--dataset-name", "random",
+        "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+        "--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.concurrency),
+        "--request-rate", "inf", "--ignore-eos", "--num-warmups", str(args.warmup),
+        "--temperature", "0", "--seed", str(i), "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
+    ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    data = json.loads((out_dir / name).read_text())
+    return {key: float(data[vkey]) for _, key, vkey in FIGURES} | {
+        "prompt_tokens_mean": data["total_input_tokens"] / data["completed"]
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--vllm", required=True, help="the vllm executable of the server's venv")
+    p.add_argument("--tokenizer", required=True, help="model directory (for vllm bench)")
+    p.add_argument("--base-url", default="http://127.0.0.1:8101")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--runs", type=int, default=3, help="runs per client (alternating)")
+    p.add_argument("--num-prompts", type=int, default=32)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--input-len", type=int, default=64, help="prompt tokens (vllm bench)")
+    p.add_argument(
+        "--benchgate-input-len",
+        type=int,
+        default=48,
+        help="synthetic words for benchgate (48 words ~ 64 tokens with the tiny model)",
+    )
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=4)
+    args = p.parse_args()
+
+    bg: list[dict[str, float]] = []
+    bg_extra: list[dict[str, float]] = []
+    vb: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            t = time.monotonic()
+            figures, extra = run_benchgate(args)
+            bg.append(figures)
+            bg_extra.append(extra)
+            print(f"run {i + 1} benchgate   {figures['output_tokens_per_s']:7.1f} tok/s "
+                  f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
+            t = time.monotonic()
+            vb.append(run_vllm_bench(args, Path(tmp), i))
+            print(f"run {i + 1} vllm bench  {vb[-1]['output_tokens_per_s']:7.1f} tok/s "
+                  f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
+
+    print(f"\nClient fidelity: {args.runs} alternating runs each, {args.num_prompts} requests, "
+          f"concurrency {args.concurrency}, {args.input_len} in / {args.output_len} out tokens, "
+          f"server {args.base_url}\n")  # fmt: skip
+    print("| figure | benchgate (median) | vllm bench serve (median) | difference |")
+    print("|---|---:|---:|---:|")
+    for label, key, _ in FIGURES:
+        a = statistics.median(r[key] for r in bg)
+        b = statistics.median(r[key] for r in vb)
+        print(f"| {label} | {a:.2f} | {b:.2f} | {100 * (a - b) / b:+.1f}% |")
+    a = statistics.median(r["prompt_tokens_mean"] for r in bg_extra)
+    b = statistics.median(r["prompt_tokens_mean"] for r in vb)
+    print(f"| prompt tokens / request | {a:.1f} | {b:.1f} | |")
+    print("\nPer run (output tok/s): benchgate "
+          + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in bg)
+          + "; vllm bench " + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in vb))  # fmt: skip
+    agree = [r["agreement_pct"] for r in bg_extra if r["agreement_pct"] is not None]
+    tokens = [r["tokens_diff_pct"] for r in bg_extra if r["tokens_diff_pct"] is not None]
+    if agree:
+        med = statistics.median(agree)
+        print(f"benchgate vs server counter: tok/s difference median {med:+.2f}% "
+              f"(runs: {', '.join(f'{v:+.2f}' for v in agree)}); "
+              f"token count difference {', '.join(f'{v:+.2f}%' for v in tokens)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

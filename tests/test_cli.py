@@ -1,0 +1,85 @@
+"""`benchgate bench` against the fake server (in a thread)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchgate.cli import COMMANDS, build_parser, main
+from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = str(REPO / "workloads" / "demo.yml")
+SMALL = ["--trials", "2", "--num-requests", "6", "--output-len", "8", "--warmup", "1"]
+
+
+def test_subcommands_come_from_the_table():
+    assert "bench" in COMMANDS
+    parser = build_parser()
+    args = parser.parse_args(["bench", "--base-url", "http://x", "--workload", "demo"])
+    assert args._run is COMMANDS["bench"].run
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+
+
+def test_bench_prints_table_and_writes_result(tmp_path, capsys):
+    out = tmp_path / "r" / "result.json"
+    with serve_in_thread(FakeConfig(ttft_s=0.005, itl_s=0.001)) as srv:
+        code = main(
+            ["bench", "--base-url", srv.base_url, "--workload", DEMO, *SMALL, "-o", str(out)]
+        )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "Summary over 2 valid trial(s)" in text and "output_tokens_per_s" in text
+    assert "trial 2/2" in text  # progress bar
+    data = json.loads(out.read_text())
+    assert data["schema"] == "benchgate.result/1"
+    assert data["target"] == {
+        "base_url": srv.base_url,
+        "model": "fake",
+        "server_version": "0.0.0+fake",
+    }
+    params = data["workload"]["params"]
+    assert (params["trials"], params["num_requests"], params["output_len"]) == (2, 6, 8)
+    assert [len(t["requests"]) for t in data["trials"]] == [6, 6]
+
+
+def test_bench_quiet_api_key_file_and_invalid_exit_status(tmp_path, capsys):
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    cfg = FakeConfig(ttft_s=0, itl_s=0, api_key="s3cret", fault="http_500", fault_every=3)
+    with serve_in_thread(cfg) as srv:
+        code = main(
+            [
+                "bench",
+                "--base-url",
+                srv.base_url,
+                "--workload",
+                DEMO,
+                *SMALL,
+                "--api-key-file",
+                str(key),
+                "--quiet",
+                "-o",
+                str(tmp_path / "r.json"),
+            ]
+        )
+    assert code == 2  # ran, but trials are invalid (2 of 6 requests failed)
+    assert capsys.readouterr().out == ""
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [t["errors_by_reason"] for t in data["trials"]] == [{"http_500": 2}] * 2
+    assert "s3cret" not in (tmp_path / "r.json").read_text()
+
+
+def test_bench_errors_exit_1_with_a_message(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump({"name": "x", "version": 1}))
+    assert main(["bench", "--base-url", "http://127.0.0.1:9", "--workload", str(bad)]) == 1
+    assert "workload field 'input_len': is required" in capsys.readouterr().err
+    assert main(["bench", "--base-url", "http://127.0.0.1:9", "--workload", DEMO, "-q"]) == 1
+    assert "cannot reach http://127.0.0.1:9/v1/models" in capsys.readouterr().err
+    assert main(["bench", "--base-url", "http://x", "--workload", DEMO, "--concurrency", "0"]) == 1
+    assert "'concurrency'" in capsys.readouterr().err

@@ -1,0 +1,176 @@
+"""Workload files: validation names the field, hashing, overrides, prompt sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchgate.workload import (
+    WorkloadError,
+    build_prompts,
+    load_workload,
+    parse_workload,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "name": "t",
+    "version": 1,
+    "input_len": 16,
+    "output_len": 8,
+    "concurrency": 2,
+    "num_requests": 4,
+    "trials": 3,
+}
+
+
+def test_shipped_demo_workload_loads_by_name_and_path():
+    by_name = load_workload("demo", search_dirs=[REPO / "workloads"])
+    by_path = load_workload(REPO / "workloads" / "demo.yml")
+    assert by_name == by_path
+    assert (by_name.input_len, by_name.output_len, by_name.concurrency) == (64, 64, 4)
+    assert (by_name.num_requests, by_name.warmup, by_name.trials) == (32, 4, 3)
+    assert by_name.ignore_eos is True and by_name.temperature == 0.0
+    assert by_name.prompts.source == "synthetic"
+    assert len(by_name.hash) == 64
+
+
+def test_every_shipped_workload_is_valid_and_builds_prompts():
+    files = sorted((REPO / "workloads").glob("*.yml"))
+    assert files
+    for path in files:
+        wl = load_workload(path)
+        prompts = build_prompts(wl, 3)
+        assert len(prompts) == 3 and all(p.text for p in prompts)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"concurrency": 0}, "concurrency", "must be >= 1"),
+        ({"num_requests": "many"}, "num_requests", "must be an integer"),
+        ({"trials": True}, "trials", "must be an integer"),
+        ({"temperature": "hot"}, "temperature", "must be a number"),
+        ({"max_error_rate": 1.5}, "max_error_rate", "must be <= 1.0"),
+        ({"request_rate": 0}, "request_rate", "must be > 0.0"),
+        ({"api": "embeddings"}, "api", "must be one of"),
+        ({"ignore_eos": "yes"}, "ignore_eos", "true or false"),
+        ({"concurency": 4}, "concurency", "unknown key"),
+        ({"prompts": {"source": "wiki"}}, "prompts.source", "must be one of"),
+        ({"prompts": {"source": "file"}}, "prompts.path", "is required"),
+        ({"prompts": {"source": "synthetic", "sed": 1}}, "prompts.sed", "unknown key"),
+        ({"schema": "benchgate.workload/9"}, "schema", "must be"),
+    ],
+)
+def test_malformed_workload_error_names_the_field(change, field, words):
+    with pytest.raises(WorkloadError) as err:
+        parse_workload({**BASE, **change})
+    assert err.value.field == field
+    assert f"'{field}'" in str(err.value) and words in str(err.value)
+
+
+@pytest.mark.parametrize("missing", ["name", "version", "output_len", "trials"])
+def test_missing_required_field_is_named(missing):
+    data = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(WorkloadError, match=f"'{missing}': is required"):
+        parse_workload(data)
+
+
+def test_malformed_file_error_names_file_and_field(tmp_path):
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump({**BASE, "output_len": -3}))
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert str(path) in str(err.value) and "'output_len'" in str(err.value)
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(WorkloadError, match="not valid YAML"):
+        load_workload(path)
+
+
+def test_unknown_workload_name():
+    with pytest.raises(WorkloadError, match="no workload file or name 'nope'"):
+        load_workload("nope", search_dirs=[])
+
+
+def test_hash_is_canonical_and_tracks_what_is_measured():
+    a = parse_workload(BASE)
+    b = parse_workload(dict(reversed(list(BASE.items()))))
+    assert a.hash == b.hash
+    assert parse_workload({**BASE, "description": "other words"}).hash == a.hash
+    assert parse_workload({**BASE, "timeout_s": 5}).hash == a.hash
+    assert parse_workload({**BASE, "output_len": 9}).hash != a.hash
+    assert parse_workload({**BASE, "prompts": {"seed": 1}}).hash != a.hash
+    assert (
+        a.hash
+        == __import__("hashlib")
+        .sha256(
+            json.dumps(
+                {k: v for k, v in a.params().items() if k != "timeout_s"},
+                sort_keys=True,
+                separators=(",", ":"),
+            ).encode()
+        )
+        .hexdigest()
+    )
+
+
+def test_overrides_revalidate_and_rehash():
+    wl = parse_workload(BASE)
+    assert wl.with_overrides(concurrency=None) is wl
+    bigger = wl.with_overrides(concurrency=8, trials=5)
+    assert (bigger.concurrency, bigger.trials, bigger.output_len) == (8, 5, 8)
+    assert bigger.hash != wl.hash
+    with pytest.raises(WorkloadError, match="'warmup'"):
+        wl.with_overrides(warmup=-1)
+    with pytest.raises(WorkloadError, match="'name': cannot be overridden"):
+        wl.with_overrides(name="x")
+
+
+def test_synthetic_prompts_are_seeded_and_offset():
+    wl = parse_workload({**BASE, "prompts": {"source": "synthetic", "seed": 7}})
+    first = build_prompts(wl, 6)
+    assert first == build_prompts(wl, 6)
+    assert build_prompts(wl, 3, offset=3) == first[3:]
+    assert all(len(p.text.split()) == 16 and p.approx_tokens == 16 for p in first)
+    other = parse_workload({**BASE, "prompts": {"source": "synthetic", "seed": 8}})
+    assert build_prompts(other, 6) != first
+
+
+def test_file_prompts_text_and_json(tmp_path):
+    (tmp_path / "p.txt").write_text("first prompt\n\nsecond\nprompt\n\n\nthird\n")
+    (tmp_path / "p.json").write_text(json.dumps(["a b", "c d e"]))
+    for name, count in (("p.txt", 3), ("p.json", 2)):
+        path = tmp_path / "w.yml"
+        path.write_text(yaml.safe_dump({**BASE, "prompts": {"source": "file", "path": name}}))
+        wl = load_workload(path)
+        prompts = build_prompts(wl, 5)
+        assert len(prompts) == 5
+        assert len({p.text for p in prompts}) == count
+    (tmp_path / "w.yml").write_text(
+        yaml.safe_dump({**BASE, "prompts": {"source": "file", "path": "missing.txt"}})
+    )
+    with pytest.raises(WorkloadError, match="'prompts.path': file not found"):
+        build_prompts(load_workload(tmp_path / "w.yml"), 1)
+
+
+def test_sharegpt_prompts_take_first_human_turn(tmp_path):
+    data = [
+        {
+            "conversations": [
+                {"from": "human", "value": "hello there"},
+                {"from": "gpt", "value": "x"},
+            ]
+        },
+        {"conversations": [{"from": "system", "value": "sys"}, {"from": "human", "value": "q2"}]},
+        {"id": "no conversations"},
+    ]
+    (tmp_path / "sg.json").write_text(json.dumps(data))
+    wl = parse_workload(
+        {**BASE, "prompts": {"source": "sharegpt", "path": "sg.json"}}, base_dir=str(tmp_path)
+    )
+    texts = {p.text for p in build_prompts(wl, 4)}
+    assert texts == {"hello there", "q2"}
