@@ -187,6 +187,8 @@ async def _stream_into(
                             rec.usage_reported = True
                         if isinstance(usage.get("prompt_tokens"), int):
                             rec.prompt_tokens = usage["prompt_tokens"]
+            if pending.strip() in (b"data: [DONE]", b"data:[DONE]"):
+                done = True  # the last line lacked its newline
             if not done:
                 rec.fail(ERROR_STREAM_CUT, "stream ended without data: [DONE]")
                 return
