@@ -28,12 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 from benchgate.bench import run_benchmark
+from benchgate.metrics import Snapshot, diff, parse_metrics_text
 from benchgate.workload import parse_workload
 
 FIGURES = (
     ("output tok/s", "output_tokens_per_s", "output_throughput"),
     ("request/s", "request_throughput", "request_throughput"),
+    ("TTFT mean ms", "ttft_ms.mean", "mean_ttft_ms"),
     ("TTFT median ms", "ttft_ms.median", "median_ttft_ms"),
     ("TTFT p99 ms", "ttft_ms.p99", "p99_ttft_ms"),
     ("TPOT median ms", "tpot_ms.median", "median_tpot_ms"),
@@ -66,6 +70,7 @@ def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
         "agreement_pct": trial.agreement.tokens_per_s_diff_pct,
         "tokens_diff_pct": trial.agreement.tokens_diff_pct,
         "server_tok_s": trial.server.get("generation_tokens_per_s"),
+        "server_ttft_mean_ms": trial.server.get("ttft_mean_ms"),
     }
     return figures, extra
 
@@ -83,13 +88,22 @@ def run_vllm_bench(args: argparse.Namespace, out_dir: Path, i: int) -> dict[str,
         "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    before = server_snapshot(args.base_url)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    after = server_snapshot(args.base_url)
     if proc.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     data = json.loads((out_dir / name).read_text())
+    # The server's own TTFT histogram over the run (warm-ups included).
+    server = diff(before, after)
     return {key: float(data[vkey]) for _, key, vkey in FIGURES} | {
-        "prompt_tokens_mean": data["total_input_tokens"] / data["completed"]
+        "prompt_tokens_mean": data["total_input_tokens"] / data["completed"],
+        "server_ttft_mean_ms": server.ttft_mean_ms or float("nan"),
     }
+
+
+def server_snapshot(base_url: str) -> Snapshot:
+    return parse_metrics_text(httpx.get(f"{base_url}/metrics", timeout=30).text)
 
 
 def main() -> None:
@@ -140,6 +154,12 @@ def main() -> None:
     a = statistics.median(r["prompt_tokens_mean"] for r in bg_extra)
     b = statistics.median(r["prompt_tokens_mean"] for r in vb)
     print(f"| prompt tokens / request | {a:.1f} | {b:.1f} | |")
+    a = statistics.median(r["server_ttft_mean_ms"] or float("nan") for r in bg_extra)
+    b = statistics.median(r["server_ttft_mean_ms"] for r in vb)
+    print(
+        f"| server-side TTFT mean ms (vllm:time_to_first_token_seconds) | {a:.2f} | {b:.2f} "
+        f"| {100 * (a - b) / b:+.1f}% |"
+    )
     print("\nPer run (output tok/s): benchgate "
           + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in bg)
           + "; vllm bench " + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in vb))  # fmt: skip

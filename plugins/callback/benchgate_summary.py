@@ -1,5 +1,7 @@
 # Copyright: benchgate contributors
 # Apache License 2.0 (see pyproject.toml)
+# Ansible reads DOCUMENTATION before the imports.
+# ruff: noqa: E402
 """Print one line per host at the end of a benchgate play: from -> to, tokens/s, verdict."""
 
 from __future__ import annotations
