@@ -25,7 +25,8 @@ def test_one_line_per_host_with_change_and_rollback() -> None:
     })
     assert lines[0].split() == ["host", "release", "tok/s", "before", "tok/s", "after", "change",
                                 "verdict"]
-    assert lines[1].split() == ["gpu-01", "0.31.0", "->", "0.32.0", "400.0", "410.0", "+2.5%", "PASS"]
+    assert lines[1].split() == ["gpu-01", "0.31.0", "->", "0.32.0", "400.0", "410.0", "+2.5%",
+                                "PASS"]
     assert lines[2].split()[-5:] == ["300.0", "-25.0%", "FAIL", "(rolled", "back)"]
     assert lines[3] == "  gpu-02: slower by 25%"
 
