@@ -38,7 +38,7 @@ if [ ! -x .venv/bin/python ] || ! cmp -s pyproject.toml .venv/.benchgate-pyproje
   pip_quiet install -e '.[dev,model]'
   cp pyproject.toml .venv/.benchgate-pyproject
 fi
-.venv/bin/ansible --version | head -n 1
+.venv/bin/python -c "import ansible.release as r; print('ansible-core', r.__version__)"
 
 step "systemd image"
 scripts/build-image.sh

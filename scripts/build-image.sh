@@ -10,8 +10,9 @@ if podman image exists "$BENCHGATE_IMAGE"; then
   exit 0
 fi
 
-mirror=$({ cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; } \
-  | grep -E '^(URIs:|deb )' | grep -v security | head -n 1 | awk '{print $2}')
+# The first non-security "URIs:" (deb822) or "deb" line of the apt sources.
+mirror=$(awk '/^(URIs:|deb )/ && !/security/ {print $2; exit}' \
+  /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
 if [ -z "$mirror" ]; then
   echo "build-image: no Debian mirror found in the apt sources" >&2
   exit 1
