@@ -19,14 +19,15 @@ if [ "$(podman container inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" =
   exit 0
 fi
 podman rm -f "$name" >/dev/null 2>&1 || true
-# The controller's CA bundle: where package traffic passes a TLS-inspecting
-# proxy, the host must trust the same CA (inventory: PIP_CERT).
+# --cap-add SYS_ADMIN: systemd sets up the per-service namespaces that the
+#   unit's hardening asks for (ProtectSystem, PrivateTmp, ...), as on a real host.
+# --shm-size: vLLM's engine talks to its API server through /dev/shm (podman's
+#   64 MiB default is too small).
 # models: read-only, as a model share would be.
 # wheels: the wheel share an air-gapped fleet would mount (scripts/bootstrap.sh
-# fills it on the controller with `pip download`).
-# vLLM's engine talks to its API server through /dev/shm (64 MiB by default
-# in podman, too small). SYS_ADMIN lets systemd set up the per-service namespaces that the unit's
-# hardening asks for (ProtectSystem, PrivateTmp, ...), as it can on a real host.
+#   fills it on the controller with `pip download`).
+# The controller's CA bundle: where package traffic passes a TLS-inspecting
+#   proxy, the host must trust the same CA (inventory: PIP_CERT).
 podman run -d --name "$name" --hostname "$name" --systemd=always --cap-add SYS_ADMIN \
   --shm-size 2g \
   -v "${cache}/models:/srv/models:ro" \
