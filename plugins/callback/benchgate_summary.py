@@ -15,7 +15,8 @@ description:
   - At the end of the playbook, prints one line per host from the C(benchgate_summary)
     statistic that the upgrade playbook sets with C(ansible.builtin.set_stats) - the release
     before and after, output tokens/s before and after, the verdict and whether the host
-    was rolled back.
+    was rolled back; then, per host, the speculative decoding A/B table (every arm's
+    tokens/s, TTFT, acceptance and per-position acceptance, and the arm chosen).
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
     also written there as JSON.
 requirements:
@@ -65,6 +66,11 @@ def format_summary(summary: dict) -> list[str]:
     for host in sorted(summary):
         for reason in summary[host].get("reasons") or []:
             lines.append(f"  {host}: {reason}")
+    for host in sorted(summary):
+        spec = summary[host].get("speculative") or {}
+        if isinstance(spec, dict) and spec.get("table"):
+            lines.append(f"{host}: speculative decoding A/B on {summary[host].get('to', '?')}")
+            lines.extend(f"  {line}" for line in str(spec["table"]).splitlines())
     return lines
 
 

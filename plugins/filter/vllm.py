@@ -13,6 +13,8 @@ They need ``benchgate`` importable by the controller's Python.
   into exactly that list (``%%`` and ``$$``, double quotes with C escapes, ``\\;``).
 * ``vllm_speculative_errors(target_tp=1, cli="config")``: speculative mapping ->
   list of problems, empty when valid.
+* ``vllm_speculative_arms(k_sweep=[])``: candidate speculative configs ->
+  ``[{"name": "off", "config": {}}, {"name": "ngram-k3", "config": {...}}, ...]``.
 * ``vllm_cli_generation``: stdout of ``vllm serve --help=all`` ->
   ``{"speculative": "config" | "flags" | "none", "flags": [sorted long options]}``.
 
@@ -191,6 +193,32 @@ def vllm_cli_generation(help_text: Any) -> dict[str, Any]:
     return {"speculative": found["speculative"], "flags": sorted(found["flags"])}
 
 
+def vllm_speculative_arms(candidates: Any, k_sweep: Any = None) -> list[dict[str, Any]]:
+    """Candidate speculative configs (+ a sweep of k) -> [{name, config}], "off" first."""
+    try:
+        from benchgate import ab
+    except ImportError as exc:  # pragma: no cover - same as _serve()
+        raise AnsibleFilterError(
+            f"vllm_speculative_arms needs the benchgate package: {exc}"
+        ) from exc
+    if candidates in (None, ""):
+        candidates = []
+    if isinstance(candidates, Mapping):
+        candidates = [candidates] if candidates else []
+    if not isinstance(candidates, Sequence) or isinstance(candidates, str):
+        raise AnsibleFilterError(
+            f"vllm_speculative_arms: candidates must be a list of mappings, got {candidates!r}"
+        )
+    sweep = [] if k_sweep in (None, "") else k_sweep
+    if not isinstance(sweep, Sequence) or isinstance(sweep, str):
+        raise AnsibleFilterError(f"vllm_speculative_arms: k_sweep must be a list, got {sweep!r}")
+    try:
+        arms = ab.expand_arms(list(candidates), list(sweep))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_speculative_arms: {exc}") from exc
+    return [{"name": arm.name, "config": arm.config} for arm in arms]
+
+
 class FilterModule:
     """vLLM command line and systemd quoting filters."""
 
@@ -200,4 +228,5 @@ class FilterModule:
             "systemd_exec_quote": systemd_exec_quote,
             "vllm_speculative_errors": vllm_speculative_errors,
             "vllm_cli_generation": vllm_cli_generation,
+            "vllm_speculative_arms": vllm_speculative_arms,
         }

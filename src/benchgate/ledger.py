@@ -70,6 +70,22 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX verdicts_host_time ON verdicts (host, recorded_at);
     """,
+    # 2: the speculative config a run measured ({} = off), and the A/B choices.
+    """
+    ALTER TABLE runs ADD COLUMN speculative_json TEXT;
+    CREATE TABLE ab_choices (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at     TEXT NOT NULL,
+        host            TEXT NOT NULL,
+        release         TEXT,
+        objective       TEXT NOT NULL,
+        winner          TEXT,
+        config_json     TEXT NOT NULL,
+        reason          TEXT NOT NULL,
+        arms_json       TEXT NOT NULL
+    );
+    CREATE INDEX ab_choices_host_time ON ab_choices (host, recorded_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -244,12 +260,15 @@ def record_result(
     unit_hash: str | None = None,
     workload_name: str | None = None,
     workload_hash: str | None = None,
+    speculative: Mapping[str, Any] | None = None,
     recorded_at: str | None = None,
 ) -> int:
     """Store one benchmark result and its trials; return the run id.
 
     Explicit arguments win over what the result says about itself. ``phase``
-    is the arm label: ``baseline``, ``candidate``, ``spec:ngram-k3``, ...
+    is the arm label: ``baseline``, ``candidate``, ``arm:ngram-k3``, ...
+    ``speculative`` is the speculative config the server ran (``{}`` = off,
+    ``None`` = not known).
     """
     meta = result_metadata(result)
     host = host or meta["host"]
@@ -264,7 +283,8 @@ def record_result(
         cur = conn.execute(
             "INSERT INTO runs (recorded_at, started_at, finished_at, host, phase, model, "
             "release, hardware_json, unit_hash, workload_name, workload_hash, schema, "
-            "summary_json, result_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "summary_json, result_sha256, speculative_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 recorded_at or utcnow(),
                 meta["started_at"],
@@ -280,6 +300,7 @@ def record_result(
                 meta["schema"],
                 None if summary is None else _dumps(summary),
                 digest,
+                None if speculative is None else _dumps(dict(speculative)),
             ),
         )
         run_id = int(cur.lastrowid or 0)
@@ -355,6 +376,7 @@ class RunRecord:
     workload_hash: str | None
     summary: Any
     trials: list[dict[str, Any]]
+    speculative: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -452,6 +474,7 @@ def runs(
                     workload_hash=row["workload_hash"],
                     summary=_loads(row["summary_json"]),
                     trials=trials,
+                    speculative=_loads(row["speculative_json"]),
                 )
             )
     return out
@@ -489,3 +512,58 @@ def latest_verdicts(db: DbLike, hosts: Sequence[str] | None = None) -> dict[str,
     sql += " ORDER BY v.host"
     with _open(db) as conn:
         return {r["host"]: _verdict_row(r) for r in conn.execute(sql, args).fetchall()}
+
+
+def record_ab_choice(
+    db: DbLike,
+    choice: Mapping[str, Any],
+    *,
+    host: str,
+    release: str | None = None,
+    recorded_at: str | None = None,
+) -> int:
+    """Store one speculative A/B outcome (``ab.Choice.to_dict()``); return its id."""
+    if not host:
+        raise ValueError("record_ab_choice needs a host")
+    with _open(db) as conn, _transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO ab_choices (recorded_at, host, release, objective, winner, "
+            "config_json, reason, arms_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                recorded_at or utcnow(),
+                host,
+                release,
+                str(choice.get("objective", "")),
+                choice.get("winner"),
+                _dumps(choice.get("config") or {}),
+                str(choice.get("reason", "")),
+                _dumps(choice.get("arms") or []),
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+
+def ab_choices(
+    db: DbLike, *, host: str | None = None, release: str | None = None, limit: int | None = 50
+) -> list[dict[str, Any]]:
+    """Recorded speculative A/B outcomes, newest first."""
+    where, args = _where(host, release, None)
+    sql = f"SELECT * FROM ab_choices{where} ORDER BY recorded_at DESC, id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(int(limit))
+    with _open(db) as conn:
+        return [
+            {
+                "id": r["id"],
+                "recorded_at": r["recorded_at"],
+                "host": r["host"],
+                "release": r["release"],
+                "objective": r["objective"],
+                "winner": r["winner"],
+                "config": _loads(r["config_json"]),
+                "reason": r["reason"],
+                "arms": _loads(r["arms_json"]),
+            }
+            for r in conn.execute(sql, args).fetchall()
+        ]

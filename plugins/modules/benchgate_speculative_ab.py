@@ -1,0 +1,279 @@
+#!/usr/bin/python
+# Copyright: benchgate contributors
+# Apache License 2.0 (see pyproject.toml)
+
+# Ansible reads DOCUMENTATION before the imports (validate-modules wants it so).
+# ruff: noqa: E402
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: benchgate_speculative_ab
+short_description: Choose between plain and speculative decoding from measured arms
+description:
+  - Takes the benchmark results of the arms of a speculative decoding A/B on one
+    host and release (C(off) plus each speculative configuration) and returns the
+    arm that should serve, with the figures of every arm (tokens/s, TTFT, TPOT,
+    acceptance rate, mean acceptance length, per-position acceptance).
+  - A speculative arm wins only when the one-sided lower bound of its
+    Hodges-Lehmann gain over C(off) on O(objective) exceeds O(min_gain_pct);
+    among such arms the largest estimated gain wins. Otherwise C(off) serves. The
+    rule is in the docstring of C(benchgate.ab).
+  - An arm that could not start or be measured is listed with its error and never
+    wins.
+  - When O(ledger) is given, every arm's result and the choice are recorded in the
+    SQLite ledger; only then does the task report a change.
+  - Runs on the controller (C(delegate_to=localhost)) with the Python of the
+    controller virtualenv where the C(benchgate) package is installed.
+version_added: "0.2.0"
+author:
+  - benchgate contributors
+requirements:
+  - benchgate[controller] (Python package, with scipy)
+attributes:
+  check_mode:
+    support: full
+    description:
+      - In check mode the choice is computed but nothing is written to the ledger.
+  diff_mode:
+    support: none
+options:
+  arms:
+    description:
+      - The arms, in the order they were measured. Each has a O(arms[].name) and a
+        O(arms[].config) (the speculative settings; empty for plain decoding).
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The arm's label, for example C(off) or C(ngram-k3).
+        type: str
+        required: true
+      config:
+        description: The speculative settings the arm served with (C({}) = off).
+        type: dict
+        default: {}
+  results:
+    description:
+      - Benchmark result per arm name (a dict, as registered from the benchmark
+        module, or the path of a result JSON file on the controller). An arm
+        without a result is treated as failed.
+    type: dict
+    required: true
+  errors:
+    description:
+      - Why an arm could not be measured, per arm name (for example the start-up
+        error of the server).
+    type: dict
+    default: {}
+  objective:
+    description:
+      - The metric that decides, higher is better.
+    type: str
+    choices: [output_tokens_per_s, request_throughput, goodput]
+    default: output_tokens_per_s
+  min_gain_pct:
+    description:
+      - How much faster than C(off) a speculative arm must be proven to be
+        (its lower confidence bound), in percent.
+    type: float
+    default: 0.0
+  alpha:
+    description: One minus the level of each one-sided confidence bound.
+    type: float
+    default: 0.05
+  min_trials:
+    description: Valid trials an arm needs to be considered.
+    type: int
+    default: 3
+  ledger:
+    description: Path of the SQLite ledger on the controller; nothing is recorded when unset.
+    type: path
+  host:
+    description: The host the arms ran on (required with O(ledger)).
+    type: str
+  release:
+    description: The vLLM release the arms ran on.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Choose what serves on the new release
+  benchgate_speculative_ab:
+    arms:
+      - {name: "off", config: {}}
+      - {name: ngram-k3, config: {method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}}
+    results: "{{ __arm_results }}"
+    ledger: "{{ playbook_dir }}/../artifacts/ledger.sqlite"
+    host: "{{ inventory_hostname }}"
+    release: "{{ vllm_version }}"
+  delegate_to: localhost
+  register: __choice
+"""
+
+RETURN = r"""
+winner:
+  description: Name of the arm that should serve; null when no arm could be measured.
+  returned: always
+  type: str
+  sample: "off"
+config:
+  description: The winner's speculative settings (C({}) = plain decoding).
+  returned: always
+  type: dict
+reason:
+  description: Why this arm, in one sentence.
+  returned: always
+  type: str
+arms:
+  description:
+    - Per arm its figures and outcome (C(winner), C(reference), C(slower),
+      C(not proven faster), C(beaten), C(failed)).
+  returned: always
+  type: list
+  elements: dict
+table:
+  description: The per-arm table as plain text.
+  returned: always
+  type: str
+ledger_ids:
+  description: Row ids written to the ledger.
+  returned: when O(ledger) is set and not in check mode
+  type: dict
+  sample: {runs: {"off": 21, ngram-k3: 22}, choice_id: 4}
+"""
+
+import json
+import os
+import sqlite3
+import traceback
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+BENCHGATE_IMPORT_ERROR = None
+try:
+    from benchgate import ab as bg_ab
+    from benchgate import ledger as bg_ledger
+except ImportError:
+    BENCHGATE_IMPORT_ERROR = traceback.format_exc()
+
+SCIPY_IMPORT_ERROR = None
+try:
+    import scipy  # noqa: F401  (the shift bounds)
+except ImportError:
+    SCIPY_IMPORT_ERROR = traceback.format_exc()
+
+
+ARGUMENT_SPEC: dict[str, Any] = {
+    "arms": {
+        "type": "list",
+        "elements": "dict",
+        "required": True,
+        "options": {
+            "name": {"type": "str", "required": True},
+            "config": {"type": "dict", "default": {}},
+        },
+    },
+    "results": {"type": "dict", "required": True},
+    "errors": {"type": "dict", "default": {}},
+    "objective": {
+        "type": "str",
+        "choices": ["output_tokens_per_s", "request_throughput", "goodput"],
+        "default": "output_tokens_per_s",
+    },
+    "min_gain_pct": {"type": "float", "default": 0.0},
+    "alpha": {"type": "float", "default": 0.05},
+    "min_trials": {"type": "int", "default": 3},
+    "ledger": {"type": "path"},
+    "host": {"type": "str"},
+    "release": {"type": "str"},
+}
+
+
+def _load(value: Any, name: str) -> dict[str, Any] | None:
+    if value in (None, "", {}):
+        return None
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        path = os.path.expanduser(value.strip())
+        if not os.path.isfile(path):
+            raise ValueError(f"results[{name}]: no such result file on the controller: {path}")
+        with open(path, encoding="utf-8") as fh:
+            loaded = json.load(fh)
+        if isinstance(loaded, dict):
+            return loaded
+    raise ValueError(f"results[{name}] must be a result dict or the path of a result JSON file")
+
+
+def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    arms = [bg_ab.Arm(str(a["name"]), dict(a["config"] or {})) for a in params["arms"]]
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"arm names must be unique, got {names}")
+    unknown = sorted(set(params["results"]) - set(names))
+    if unknown:
+        raise ValueError(f"results for arms that are not listed: {', '.join(unknown)}")
+    results = {name: _load(value, name) for name, value in params["results"].items()}
+    errors = {str(k): str(v) for k, v in (params["errors"] or {}).items()}
+    choice = bg_ab.choose(
+        arms,
+        results,
+        errors,
+        objective=params["objective"],
+        min_gain_pct=params["min_gain_pct"],
+        alpha=params["alpha"],
+        min_trials=params["min_trials"],
+    )
+    out = choice.to_dict()
+    result: dict[str, Any] = {
+        "changed": False,
+        "winner": out["winner"],
+        "config": out["config"],
+        "reason": out["reason"],
+        "arms": out["arms"],
+        "table": bg_ab.render_table(choice),
+    }
+    if params["ledger"] and not check_mode:
+        run_ids = {}
+        for arm in arms:
+            measured = results.get(arm.name)
+            if measured:
+                run_ids[arm.name] = bg_ledger.record_result(
+                    params["ledger"],
+                    measured,
+                    host=params["host"],
+                    phase=f"arm:{arm.name}",
+                    release=params["release"],
+                    speculative=arm.config,
+                )
+        choice_id = bg_ledger.record_ab_choice(
+            params["ledger"], out, host=params["host"], release=params["release"]
+        )
+        result["changed"] = True
+        result["ledger_ids"] = {"runs": run_ids, "choice_id": choice_id}
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        required_by={"ledger": ["host"]},
+        supports_check_mode=True,
+    )
+    if BENCHGATE_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("benchgate"), exception=BENCHGATE_IMPORT_ERROR)
+    if SCIPY_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("scipy"), exception=SCIPY_IMPORT_ERROR)
+    try:
+        result = run(module.params, module.check_mode)
+    except (ValueError, OSError, RuntimeError, sqlite3.Error) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

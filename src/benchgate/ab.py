@@ -1,0 +1,332 @@
+"""Speculative decoding A/B: which configuration serves this release best?
+
+The field report's rule: a speculative config that helped on one release can
+hurt on the next, so every upgrade measures plain decoding ("off") and each
+candidate speculative configuration on the new release, and keeps the winner.
+
+* :func:`expand_arms` turns the configured candidates (plus a sweep of k) into
+  named arms, "off" first.
+* :func:`choose` compares each speculative arm with "off" on the objective
+  metric (per-trial samples, Hodges-Lehmann shift with one-sided bounds, as the
+  gate does). A speculative arm wins only when its *lower* bound beats "off" by
+  more than ``min_gain_pct``: speculation costs memory and a draft that can
+  break on the next release, so it has to prove itself. Among proven arms the
+  largest estimated gain wins; otherwise "off" serves.
+
+Pure functions, no I/O: the Ansible module ``benchgate_speculative_ab`` and
+the tests call them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import serve, stats
+
+OFF = "off"
+OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
+
+_SHORT_METHOD = {"draft_model": "draft", "ngram": "ngram"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    config: dict[str, Any]  # {} = off
+
+
+def arm_name(config: Mapping[str, Any]) -> str:
+    """``{}`` → ``off``; ``{method: ngram, num_speculative_tokens: 3}`` → ``ngram-k3``."""
+    if not config:
+        return OFF
+    method = serve.normalize_speculative(config).get("method") or "spec"
+    short = _SHORT_METHOD.get(method, method)
+    k = config.get("num_speculative_tokens")
+    return f"{short}-k{k}" if k is not None else short
+
+
+def expand_arms(
+    candidates: Sequence[Any], k_sweep: Sequence[int] = (), include_off: bool = True
+) -> list[Arm]:
+    """Named arms from candidate configs, each also tried with every k in ``k_sweep``.
+
+    A candidate is a speculative mapping, or ``{name: ..., config: {...}}`` to
+    name it. Duplicates (same normalized config) are dropped; "off" comes first.
+    Raises ValueError for anything that is not a mapping or a bad k.
+    """
+    for k in k_sweep:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"every k in the sweep must be a whole number >= 1, got {k!r}")
+    arms: list[Arm] = [Arm(OFF, {})] if include_off else []
+    seen: set[str] = {repr([])} if include_off else set()
+    names = {arm.name for arm in arms}
+    for entry in candidates:
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"a speculative candidate must be a mapping, got {entry!r}")
+        given_name = None
+        config: Any = entry
+        if "config" in entry and set(entry) <= {"name", "config"}:
+            given_name = entry.get("name")
+            config = entry["config"]
+        base = serve.normalize_speculative(config)
+        variants = [base]
+        if base and k_sweep:
+            variants = [{**base, "num_speculative_tokens": k} for k in k_sweep]
+        for variant in variants:
+            key = repr(sorted(variant.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            name = arm_name(variant)
+            if given_name and (len(variants) == 1):
+                name = str(given_name)
+            elif given_name:
+                name = f"{given_name}-k{variant.get('num_speculative_tokens')}"
+            unique, n = name, 2
+            while unique in names:
+                unique, n = f"{name}-{n}", n + 1
+            names.add(unique)
+            arms.append(Arm(unique, variant))
+    return arms
+
+
+@dataclass
+class ArmOutcome:
+    """One arm's figures on this release, and how it compared with "off"."""
+
+    name: str
+    config: dict[str, Any]
+    valid_trials: int = 0
+    objective_median: float | None = None
+    output_tokens_per_s: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: list[float] = field(default_factory=list)
+    gain_pct: float | None = None  # vs off, Hodges-Lehmann estimate
+    gain_lo_pct: float | None = None  # one-sided lower bound
+    gain_hi_pct: float | None = None  # one-sided upper bound
+    status: str = ""  # winner, kept off, slower, not proven faster, failed, reference
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = None
+        return out
+
+
+@dataclass
+class Choice:
+    winner: str | None
+    config: dict[str, Any]
+    objective: str
+    reason: str
+    arms: list[ArmOutcome]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "benchgate.speculative_ab/1",
+            "winner": self.winner,
+            "config": self.config,
+            "objective": self.objective,
+            "reason": self.reason,
+            "arms": [a.to_dict() for a in self.arms],
+        }
+
+
+def _median_metric(result: Mapping[str, Any], name: str) -> float | None:
+    metric = (result.get("summary") or {}).get("metrics", {}).get(name)
+    if isinstance(metric, Mapping) and isinstance(metric.get("median"), (int, float)):
+        return float(metric["median"])
+    return None
+
+
+def acceptance_of(result: Mapping[str, Any]) -> tuple[float | None, float | None, list[float]]:
+    """Acceptance rate, mean acceptance length and per-position acceptance over all
+    valid trials, weighted by each trial's number of drafts (server counters)."""
+    drafts = draft_tokens = accepted = 0.0
+    per_pos: list[float] = []
+    for trial in result.get("trials") or []:
+        if not trial.get("valid", False):
+            continue
+        server = trial.get("server") or {}
+        spec = server.get("spec_decode") if server.get("ok") else None
+        if not spec or not spec.get("drafts"):
+            continue
+        d = float(spec["drafts"])
+        drafts += d
+        draft_tokens += float(spec.get("draft_tokens") or 0.0)
+        accepted += float(spec.get("accepted_tokens") or 0.0)
+        rates = spec.get("per_position_acceptance") or []
+        if len(per_pos) < len(rates):
+            per_pos.extend([0.0] * (len(rates) - len(per_pos)))
+        for i, rate in enumerate(rates):
+            per_pos[i] += float(rate) * d
+    if not drafts:
+        return None, None, []
+    rate = accepted / draft_tokens if draft_tokens else None
+    return rate, 1.0 + accepted / drafts, [p / drafts for p in per_pos]
+
+
+def _outcome(arm: Arm, result: Mapping[str, Any] | None, objective: str) -> ArmOutcome:
+    out = ArmOutcome(name=arm.name, config=dict(arm.config))
+    if not result:
+        return out
+    out.valid_trials, _ = stats.count_trials(result)
+    out.objective_median = _median_metric(result, objective)
+    out.output_tokens_per_s = _median_metric(result, "output_tokens_per_s")
+    out.ttft_ms = _median_metric(result, "ttft_ms.median")
+    out.tpot_ms = _median_metric(result, "tpot_ms.median")
+    rate, length, per_pos = acceptance_of(result)
+    out.acceptance_rate, out.mean_acceptance_length, out.per_position_acceptance = (
+        rate,
+        length,
+        per_pos,
+    )
+    return out
+
+
+def _pct(value: float) -> str:
+    return "unbounded" if not math.isfinite(value) else f"{value:+.1f}%"
+
+
+def choose(
+    arms: Sequence[Arm],
+    results: Mapping[str, Mapping[str, Any] | None],
+    errors: Mapping[str, str] | None = None,
+    objective: str = "output_tokens_per_s",
+    min_gain_pct: float = 0.0,
+    alpha: float = 0.05,
+    min_trials: int = 3,
+) -> Choice:
+    """Pick the arm that serves: see the module docstring for the rule."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    errors = dict(errors or {})
+    outcomes = {arm.name: _outcome(arm, results.get(arm.name), objective) for arm in arms}
+    samples: dict[str, list[float]] = {}
+    for arm in arms:
+        measured = results.get(arm.name)
+        values = stats.samples_from_result(measured, objective) if measured else []
+        samples[arm.name] = stats.clean_samples(values)[0]
+    for name, outcome in outcomes.items():
+        if name in errors:
+            outcome.status, outcome.note = "failed", errors[name]
+        elif len(samples[name]) < min_trials:
+            outcome.status = "failed"
+            outcome.note = f"{len(samples[name])} valid trials with {objective} (need {min_trials})"
+
+    usable = [a for a in arms if outcomes[a.name].status != "failed"]
+    if not usable:
+        return Choice(
+            None,
+            {},
+            objective,
+            "no arm could be measured: " + _failures(outcomes),
+            list(outcomes.values()),
+        )
+
+    off = outcomes.get(OFF)
+    if off is None or off.status == "failed":
+        best = max(usable, key=lambda a: statistics.median(samples[a.name]))
+        outcomes[best.name].status = "winner"
+        why = "plain decoding was not measured" if off is None else f"off failed ({off.note})"
+        return Choice(
+            best.name,
+            dict(best.config),
+            objective,
+            f"{why}; {best.name} has the highest median {objective} of the arms measured",
+            list(outcomes.values()),
+        )
+
+    off.status = "reference"
+    proven: list[tuple[float, Arm]] = []
+    for arm in usable:
+        if arm.name == OFF:
+            continue
+        outcome = outcomes[arm.name]
+        shift = stats.hodges_lehmann(samples[OFF], samples[arm.name], alpha=alpha)
+        outcome.gain_pct = shift.change * 100.0
+        outcome.gain_lo_pct = shift.change_lo * 100.0
+        outcome.gain_hi_pct = shift.change_hi * 100.0
+        bounds = (
+            f"{_pct(outcome.gain_pct)} "
+            f"(bounds {_pct(outcome.gain_lo_pct)}…{_pct(outcome.gain_hi_pct)})"
+        )
+        if outcome.gain_lo_pct > min_gain_pct:
+            proven.append((outcome.gain_pct, arm))
+            outcome.note = f"{bounds} vs off: proven faster"
+        elif outcome.gain_hi_pct < 0:
+            outcome.status, outcome.note = "slower", f"{bounds} vs off: slower"
+        else:
+            outcome.status = "not proven faster"
+            outcome.note = f"{bounds} vs off: not proven faster by more than {min_gain_pct:g}%"
+
+    if not proven:
+        off.status = "winner"
+        failed = [o.name for o in outcomes.values() if o.status == "failed"]
+        tail = f" ({', '.join(failed)} failed)" if failed else ""
+        return Choice(
+            OFF,
+            {},
+            objective,
+            f"no speculative arm beats plain decoding on {objective}{tail}: off serves",
+            list(outcomes.values()),
+        )
+    gain, best = max(proven, key=lambda item: item[0])
+    for _, arm in proven:
+        outcomes[arm.name].status = "winner" if arm is best else "beaten"
+    winner = outcomes[best.name]
+    return Choice(
+        best.name,
+        dict(best.config),
+        objective,
+        f"{best.name} beats plain decoding on {objective} by {gain:+.1f}% "
+        f"(lower bound {_pct(winner.gain_lo_pct or 0.0)}): {best.name} serves",
+        list(outcomes.values()),
+    )
+
+
+def _failures(outcomes: Mapping[str, ArmOutcome]) -> str:
+    return "; ".join(f"{o.name}: {o.note}" for o in outcomes.values() if o.status == "failed")
+
+
+def render_table(choice: Choice) -> str:
+    """The per-arm table (the field report's, per release): figures and outcome."""
+    positions = max((len(a.per_position_acceptance) for a in choice.arms), default=0)
+    header = ["arm", "tok/s", "TTFT ms", "TPOT ms", "accept", "len"]
+    header += [f"pos{i}" for i in range(positions)] + ["vs off", "outcome"]
+    rows = [header]
+    for a in choice.arms:
+        row = [
+            a.name,
+            _num(a.output_tokens_per_s, 1),
+            _num(a.ttft_ms, 1),
+            _num(a.tpot_ms, 2),
+            _rate(a.acceptance_rate),
+            _num(a.mean_acceptance_length, 2),
+        ]
+        row += [
+            _rate(a.per_position_acceptance[i]) if i < len(a.per_position_acceptance) else "-"
+            for i in range(positions)
+        ]
+        row += ["-" if a.gain_pct is None else f"{a.gain_pct:+.1f}%", a.status]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines + [f"chosen: {choice.winner or 'none'}: {choice.reason}"])
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
