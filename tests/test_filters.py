@@ -40,7 +40,20 @@ def test_filter_names():
         "systemd_exec_quote",
         "vllm_speculative_errors",
         "vllm_cli_generation",
+        "vllm_speculative_arms",
     }
+
+
+def test_speculative_arms_filter():
+    arms = F["vllm_speculative_arms"](
+        [{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}], [2, 3]
+    )
+    assert [a["name"] for a in arms] == ["off", "ngram-k2", "ngram-k3"]
+    assert F["vllm_speculative_arms"]([]) == [{"name": "off", "config": {}}]
+    with pytest.raises(AnsibleFilterError, match="whole number"):
+        F["vllm_speculative_arms"]([{"method": "ngram"}], [0])
+    with pytest.raises(AnsibleFilterError, match="list of mappings"):
+        F["vllm_speculative_arms"]("ngram")
 
 
 def test_argv_then_quote():

@@ -50,6 +50,9 @@ options:
   candidate:
     description:
       - Candidate result, as a dict or the path of a result JSON file on the controller.
+      - A list of results (for example the first measurement and the extra trials run
+        after an INCONCLUSIVE verdict) is merged into one result: all their trials are
+        judged together.
     type: raw
     required: true
   metrics:
@@ -321,7 +324,14 @@ def load_result(value: Any, name: str) -> dict[str, Any]:
 def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     """Judge (and record unless ``check_mode``); return the module's result."""
     baseline = load_result(params["baseline"], "baseline")
-    candidate = load_result(params["candidate"], "candidate")
+    given = params["candidate"]
+    if isinstance(given, list):
+        # More trials measured after an INCONCLUSIVE verdict: judge them all.
+        candidate = bg_stats.merge_results(
+            [load_result(item, f"candidate[{i}]") for i, item in enumerate(given)]
+        )
+    else:
+        candidate = load_result(given, "candidate")
     thresholds = {str(k): float(v) for k, v in (params["thresholds"] or {}).items()}
     specs = bg_stats.make_specs(
         metrics=params["metrics"],

@@ -708,6 +708,52 @@ def judge_results(
     return combine(results, cfg)
 
 
+def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One result from several measurements of the same server and workload.
+
+    Used when an INCONCLUSIVE verdict asks for more trials: the trials are
+    concatenated (re-indexed), the summary's per-metric samples joined and
+    their medians recomputed; everything else is the first result's.
+    """
+    if not results:
+        raise ValueError("merge_results needs at least one result")
+    if len(results) == 1:
+        return dict(results[0])
+    merged: dict[str, Any] = dict(results[0])
+    trials: list[Any] = []
+    samples: dict[str, list[float]] = {}
+    better: dict[str, Any] = {}
+    total = valid = 0
+    for result in results:
+        for trial in _trials(result):
+            trials.append({**trial, "index": len(trials)})
+        summary = result.get("summary") or {}
+        total += int(summary.get("total_trials", 0) or 0)
+        valid += int(summary.get("valid_trials", 0) or 0)
+        for name, metric in (summary.get("metrics") or {}).items():
+            if isinstance(metric, Mapping):
+                samples.setdefault(name, []).extend(
+                    float(v) for v in metric.get("samples") or [] if isinstance(v, (int, float))
+                )
+                better.setdefault(name, metric.get("better"))
+    merged["trials"] = trials
+    merged["summary"] = {
+        **(results[0].get("summary") or {}),
+        "total_trials": total,
+        "valid_trials": valid,
+        "metrics": {
+            name: {
+                "samples": values,
+                "median": _median(values) if values else None,
+                "better": better[name],
+            }
+            for name, values in samples.items()
+        },
+    }
+    merged["merged_from"] = len(results)
+    return merged
+
+
 def needs_more_trials(verdict: Verdict | str, trials_done: int, budget: int) -> bool:
     """Whether to run more trials before acting on ``verdict``.
 
