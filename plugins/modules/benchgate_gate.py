@@ -51,8 +51,8 @@ options:
     description:
       - Candidate result, as a dict or the path of a result JSON file on the controller.
       - A list of results (for example the first measurement and the extra trials run
-        after an INCONCLUSIVE verdict) is merged into one result: all their trials are
-        judged together.
+        after an INCONCLUSIVE verdict) is merged into one result, and all their trials
+        are judged together.
     type: raw
     required: true
   metrics:
