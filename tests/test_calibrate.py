@@ -24,9 +24,26 @@ def test_split_follows_tensor_parallel_layout() -> None:
 
 def test_report_on_cpu(tmp_path) -> None:
     out = tmp_path / "cal.json"
-    rc = calibrate.main(["--target", "tiny", "--draft", "tiny", "--tp", "1,2", "--max-n", "3",
-                         "--bandwidth-mib", "4", "--reps", "3", "--device", "cpu",
-                         "--output", str(out)])
+    rc = calibrate.main(
+        [
+            "--target",
+            "tiny",
+            "--draft",
+            "tiny",
+            "--tp",
+            "1,2",
+            "--max-n",
+            "3",
+            "--bandwidth-mib",
+            "4",
+            "--reps",
+            "3",
+            "--device",
+            "cpu",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["schema"] == "benchgate.calibration/1"
@@ -34,5 +51,7 @@ def test_report_on_cpu(tmp_path) -> None:
     curve = report["models"]["tiny"]["tp"]["1"]["verify_curve"]
     assert list(curve) == ["1", "2", "3"] and curve["1"] == 1.0
     assert set(report["draft_cost_ratio"]) == {"1", "2"}
-    assert report["models"]["tiny"]["tp"]["2"]["weight_bytes"] < \
-        report["models"]["tiny"]["tp"]["1"]["weight_bytes"]
+    assert (
+        report["models"]["tiny"]["tp"]["2"]["weight_bytes"]
+        < report["models"]["tiny"]["tp"]["1"]["weight_bytes"]
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 
 import pytest
@@ -10,6 +11,7 @@ from benchgate.bench import BenchmarkError, run_benchmark_async
 from benchgate.client import (
     ERROR_CONNECT,
     ERROR_MALFORMED,
+    ERROR_NO_TOKENS,
     ERROR_SERVER,
     ERROR_STREAM_CUT,
     ERROR_TIMEOUT,
@@ -51,7 +53,9 @@ async def test_itl_tpot_medians_within_1ms_of_injected():
     assert abs(itl - 10.0) <= 1.0, itl
     tpot = trial.metrics.tpot_ms.median
     assert abs(tpot - 10.0) <= 1.0, tpot
-    assert trial.metrics.ttft_ms.median >= 50.0
+    # Sanity bound only (the +-1 ms figures come from benchmarks/timing_accuracy.py):
+    # the injected 50 ms plus what the request and the first chunk take on loopback.
+    assert 50.0 <= trial.metrics.ttft_ms.median <= 60.0, trial.metrics.ttft_ms.median
     # Token counts come from the usage chunk; the server's counter agrees.
     assert trial.output_tokens == 32 * 24
     assert trial.server["ok"] and trial.server["generation_tokens"] == 32 * 24
@@ -107,6 +111,7 @@ async def test_chat_endpoint_and_api_key():
         ("malformed", ERROR_MALFORMED),
         ("error_event", ERROR_SERVER),
         ("slow", ERROR_TIMEOUT),
+        ("no_tokens", ERROR_NO_TOKENS),
     ],
 )
 async def test_each_fault_gives_its_error_reason(fault, reason):
@@ -133,6 +138,37 @@ async def test_connect_error_reason():
             timeout_s=5.0,
         )
     assert rec.error == ERROR_CONNECT and not rec.ok
+
+
+async def test_connection_pool_is_reused_across_requests():
+    """Fully read streams give their connection back: 16 requests, 2 connections."""
+    wl = workload(output_len=4)
+    async with FakeServer(FakeConfig(ttft_s=0.0, itl_s=0.0)) as srv:
+        url = f"{srv.base_url}/v1/completions"
+        payload = build_payload(wl, "fake", Prompt("a b", 2))
+        async with make_client(2, 10.0) as client:
+            for _ in range(8):
+                recs = await asyncio.gather(
+                    *(send_request(client, url, payload, {}, timeout_s=10.0) for _ in range(2))
+                )
+                assert all(r.ok and r.output_tokens == 4 for r in recs)
+        assert srv.state.requests == 16
+        assert len(srv.state.peers) == 2, srv.state.peers
+
+
+async def test_read_timeout_without_total_timeout():
+    """No data within the client's read timeout is a timeout, even with no total bound."""
+    wl = workload(output_len=4)
+    cfg = FakeConfig(ttft_s=0.0, itl_s=0.0, fault="slow", slow_s=5.0)
+    async with FakeServer(cfg) as srv, make_client(1, 0.3) as client:
+        rec = await send_request(
+            client,
+            f"{srv.base_url}/v1/completions",
+            build_payload(wl, "fake", Prompt("a", 1)),
+            {},
+            timeout_s=None,
+        )
+    assert rec.error == ERROR_TIMEOUT and rec.e2el_s is None, rec.detail
 
 
 async def test_unreachable_server_raises_before_load():
@@ -198,9 +234,12 @@ async def test_request_rate_paces_arrivals():
 
 
 async def test_many_concurrent_streams_without_errors():
-    wl = workload(concurrency=256, num_requests=256, output_len=32)
-    async with FakeServer(FakeConfig(fast=True)) as srv:
+    """256 streams open at the same time (paced, so they overlap), none fails."""
+    wl = workload(concurrency=256, num_requests=256, output_len=32, timeout_s=60)
+    async with FakeServer(FakeConfig(ttft_s=0.3, itl_s=0.01)) as srv:
         result = await run_benchmark_async(srv.base_url, wl)
+        held = srv.state.max_running
     trial = result.trials[0]
     assert trial.valid and trial.completed == 256, trial.errors_by_reason
     assert trial.output_tokens == 256 * 32
+    assert held == 256  # all 256 streams were open at the same time

@@ -143,8 +143,13 @@ def measure_step_curve(
 
 
 def calibrate(
-    target: str, draft: str | None, tp_list: list[int], max_n: int, bandwidth_bytes: int,
-    reps: int, device: str | None = None,
+    target: str,
+    draft: str | None,
+    tp_list: list[int],
+    max_n: int,
+    bandwidth_bytes: int,
+    reps: int,
+    device: str | None = None,
 ) -> dict[str, Any]:
     import torch
 
@@ -199,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="also write the JSON here")
     args = parser.parse_args(argv)
     report = calibrate(
-        args.target, args.draft, [int(t) for t in args.tp.split(",")], args.max_n,
-        args.bandwidth_mib * 2**20, args.reps, args.device,
+        args.target,
+        args.draft,
+        [int(t) for t in args.tp.split(",")],
+        args.max_n,
+        args.bandwidth_mib * 2**20,
+        args.reps,
+        args.device,
     )
     text = json.dumps(report, indent=2)
     if args.output:

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from .client import FetchError, fetch
 
 # Canonical key -> sample names across releases (first present wins).
 COUNTERS: dict[str, tuple[str, ...]] = {
@@ -107,7 +109,7 @@ def parse_metrics_text(text: str) -> Snapshot:
     return snap
 
 
-async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot:
+async def scrape(client: aiohttp.ClientSession, base_url: str) -> Snapshot:
     """GET ``/metrics`` and parse it; failures become ``snap.error``.
 
     ``time_s`` is the midpoint of the HTTP exchange (``time.perf_counter``),
@@ -119,17 +121,13 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot:
         url = url[:-3]
     sent = time.perf_counter()
     try:
-        resp = await client.get(f"{url}/metrics", timeout=10.0)
-    except httpx.HTTPError as exc:
-        return Snapshot(
-            time_s=sent, error=ERROR_METRICS_UNAVAILABLE, detail=f"{type(exc).__name__}: {exc}"
-        )
+        status, text = await fetch(client, f"{url}/metrics", timeout_s=10.0)
+    except FetchError as exc:
+        return Snapshot(time_s=sent, error=ERROR_METRICS_UNAVAILABLE, detail=str(exc))
     perf_time = (sent + time.perf_counter()) / 2.0
-    if resp.status_code != 200:
-        return Snapshot(
-            time_s=perf_time, error=ERROR_METRICS_UNAVAILABLE, detail=f"HTTP {resp.status_code}"
-        )
-    snap = parse_metrics_text(resp.text)
+    if status != 200:
+        return Snapshot(time_s=perf_time, error=ERROR_METRICS_UNAVAILABLE, detail=f"HTTP {status}")
+    snap = parse_metrics_text(text)
     snap.time_s = perf_time
     return snap
 

@@ -5,11 +5,14 @@ event per token, a usage chunk, ``data: [DONE]``) with a configurable time to
 first token and inter-token latency, on an absolute schedule so the timing a
 client measures is the timing configured.  Faults can be injected on every
 N-th request: HTTP 500, a stream cut mid-response, malformed SSE, an error
-event, or a slow response (to trigger timeouts).  ``fast`` mode streams as
-fast as the event loop allows (for client-ceiling benchmarks).
+event, a slow response (to trigger timeouts), or a complete stream without a
+token.  ``fast`` mode streams as fast as the event loop allows (for
+client-ceiling benchmarks): bursts of ``FAST_BURST`` events, one write each.
 
-It also serves ``/v1/models``, ``/health``, ``/version`` and a vLLM-style
-``/metrics`` (whose counters follow what it generated).
+It also serves ``/v1/models``, ``/health``, ``/version``, a vLLM-style
+``/metrics`` (whose counters follow what it generated) and ``/fake/timings``
+(when each streamed request's handler started and its first token was
+written, ``time.perf_counter()``).
 
 Run standalone::
 
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import selectors
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-FAULTS = ("http_500", "cut", "malformed", "error_event", "slow")
+FAULTS = ("http_500", "cut", "malformed", "error_event", "slow", "no_tokens")
 
 
 @dataclass
@@ -56,6 +60,8 @@ class FakeConfig:
 class FakeState:
     requests: int = 0
     running: int = 0
+    max_running: int = 0  # the most streams open at once
+    peers: set[Any] = field(default_factory=set)  # client (host, port) of every request
     generation_tokens: int = 0
     prompt_tokens: int = 0
     success: int = 0
@@ -65,6 +71,9 @@ class FakeState:
     spec_accepted_per_pos: list[int] = field(default_factory=lambda: [0, 0, 0])
     # perf_counter() when each streamed request's first token was written (in order).
     first_token_at: list[float] = field(default_factory=list)
+    # perf_counter() when the handler of each streamed request started (in order).
+    # perf_counter is CLOCK_MONOTONIC on Linux: comparable across processes.
+    handler_start_at: list[float] = field(default_factory=list)
 
 
 SPEC_K = 3
@@ -93,7 +102,8 @@ class FakeServer:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        # A listen backlog above the default 128: hundreds of clients connect at once.
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -124,6 +134,9 @@ class FakeServer:
             lines.append(f"{sample}{{{lbl}}} {float(value)}")
 
         metric("vllm:num_requests_running", "gauge", s.running)
+        lines.append("# HELP fake:max_requests_running the most streams open at once")
+        lines.append("# TYPE fake:max_requests_running gauge")
+        lines.append(f"fake:max_requests_running {float(s.max_running)}")
         metric("vllm:num_requests_waiting", "gauge", 0)
         metric("vllm:kv_cache_usage_perc", "gauge", min(1.0, s.running / 100.0))
         metric("vllm:prompt_tokens", "counter", s.prompt_tokens)
@@ -161,6 +174,40 @@ class FakeServer:
 
 def _event(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+FAST_BURST = 8  # tokens per write (and per event-loop turn) in fast mode
+
+
+async def _stream_fast(
+    server: FakeServer,
+    resp: web.StreamResponse,
+    n_out: int,
+    plain: bytes,
+    last: bytes,
+    st: float,
+) -> None:
+    """Fast mode: the token events in bursts of FAST_BURST, one write per burst.
+
+    Every event is still its own SSE event, as vLLM sends them; only the
+    server's own cost shrinks (one write and one send() per burst instead of
+    per token), so that a client-ceiling benchmark measures the client and
+    not this server.  The server yields to the event loop before each burst.
+    """
+    for start in range(0, n_out, FAST_BURST):
+        await asyncio.sleep(0)
+        if start == 0:
+            now = time.perf_counter()
+            server.state.ttft_sum += now - st
+            server.state.ttft_count += 1
+            server.state.first_token_at.append(now)
+        k = min(FAST_BURST, n_out - start)
+        if start + k < n_out:
+            await resp.write(plain * k)
+        else:
+            await resp.write(plain * (k - 1) + last)
+    server.count_tokens(n_out)
+    server.state.success += 1
 
 
 def make_app(server: FakeServer) -> web.Application:
@@ -203,6 +250,8 @@ def make_app(server: FakeServer) -> web.Application:
         chat = request.path.endswith("/chat/completions")
         server.state.requests += 1
         nth = server.state.requests
+        if request.transport is not None:
+            server.state.peers.add(request.transport.get_extra_info("peername"))
         fault = cfg.fault if cfg.fault and nth % max(1, cfg.fault_every) == 0 else None
         if fault == "http_500":
             return web.json_response({"error": "injected fault"}, status=500)
@@ -231,10 +280,12 @@ def make_app(server: FakeServer) -> web.Application:
                     "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out},
                 }
             )
+        server.state.handler_start_at.append(st)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         server.state.prompt_tokens += n_prompt
         server.state.running += 1
+        server.state.max_running = max(server.state.max_running, server.state.running)
         rid = f"fake-{nth}"
         obj_name = "chat.completion.chunk" if chat else "text_completion"
 
@@ -246,10 +297,26 @@ def make_app(server: FakeServer) -> web.Application:
             return {"id": rid, "object": obj_name, "model": cfg.model, "choices": [c]}
 
         plain = _event(token_chunk(False))
+        usage = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_out,
+            "total_tokens": n_prompt + n_out,
+        }
+        usage_event = _event({"id": rid, "object": obj_name, "choices": [], "usage": usage})
         try:
             if chat:
                 role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
                 await resp.write(_event({"id": rid, "object": obj_name, "choices": [role]}))
+            if fault == "no_tokens":
+                # A complete stream (usage, [DONE]) that never carried a token.
+                await resp.write(usage_event + b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            if cfg.fast and fault is None:
+                await _stream_fast(server, resp, n_out, plain, _event(token_chunk(True)), st)
+                await resp.write(usage_event + b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
             for i in range(n_out):
                 if fault == "slow" and i == 0:
                     await asyncio.sleep(cfg.slow_s)
@@ -281,14 +348,7 @@ def make_app(server: FakeServer) -> web.Application:
             else:
                 server.count_tokens(n_out)
                 server.state.success += 1
-                usage = {
-                    "prompt_tokens": n_prompt,
-                    "completion_tokens": n_out,
-                    "total_tokens": n_prompt + n_out,
-                }
-                await resp.write(
-                    _event({"id": rid, "object": obj_name, "choices": [], "usage": usage})
-                )
+                await resp.write(usage_event)
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
@@ -297,6 +357,13 @@ def make_app(server: FakeServer) -> web.Application:
             server.state.running -= 1
         return resp
 
+    async def timings(request: web.Request) -> web.Response:
+        s = server.state
+        return web.json_response(
+            {"handler_start": s.handler_start_at, "first_token": s.first_token_at}
+        )
+
+    app.router.add_get("/fake/timings", timings)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/v1/models", models)
@@ -361,7 +428,19 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
     )
-    web.run_app(server.app, host=args.host, port=args.port, access_log=None, print=None)
+    # With delays, a select() loop: its timeouts have microsecond resolution,
+    # where epoll rounds every wait up to the next millisecond (which would make
+    # the injected TTFT and ITL up to 1 ms late).  Fast mode has no timers.
+    loop = None if args.fast else asyncio.SelectorEventLoop(selectors.SelectSelector())
+    web.run_app(
+        server.app,
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=None,
+        backlog=1024,
+        loop=loop,
+    )
 
 
 if __name__ == "__main__":
