@@ -18,6 +18,11 @@ description:
   - Before and after each trial it scrapes C(/metrics) and reports the server's
     generation-token rate, its agreement with the client, and speculative decoding
     acceptance when the server exposes it.
+  - With O(model_dir), O(service_unit) (or O(service_pid)) it also reports the
+    single-stream decode roofline of the served model, the memory of the service's
+    process tree and GPUs before and after the trials, and the service's cold-start
+    time (RV(roofline), RV(service_memory), RV(cold_start)); each is marked not
+    available, with a reason, when it cannot be measured, never estimated.
   - Runs on the target host, with C(ansible_python_interpreter) pointing at the client
     virtualenv where the C(benchgate) package is installed, so the load is generated
     close to the server.
@@ -30,12 +35,13 @@ version_added: "0.1.0"
 author:
   - benchgate contributors
 requirements:
-  - benchgate (Python package, client side; with httpx, prometheus-client and PyYAML)
+  - benchgate (Python package, client side; with aiohttp, prometheus-client and PyYAML)
 attributes:
   check_mode:
     support: full
     description:
-      - In check mode the workload is loaded and validated, and no request is sent.
+      - In check mode the workload and the host options are validated; no request is
+        sent, and neither the weights, nor the service's processes, nor the GPUs are read.
   diff_mode:
     support: none
 options:
@@ -93,9 +99,55 @@ options:
         O(output_path).
     type: bool
     default: false
+  slo:
+    description:
+      - Override the workload's service-level objectives, per request in milliseconds,
+        with any of the keys C(ttft_ms), C(tpot_ms), C(e2el_ms). Each trial then
+        reports C(goodput), the completed requests meeting all of them per second.
+    type: dict
+  model_dir:
+    description:
+      - Folder of the served model on the host (the role passes C(vllm_service_model)).
+        Its safetensors headers give the weight bytes for RV(roofline); no tensor is
+        loaded. Not a folder (a hub id) makes the roofline unavailable.
+    type: path
+  tensor_parallel_size:
+    description: Tensor-parallel size of the server; each GPU reads 1/N of the weights.
+    type: int
+    default: 1
+  bandwidth_gbs:
+    description:
+      - Memory bandwidth of one GPU in GB/s (1e9 bytes/s), for example a measured
+        C(bandwidth_gbs.read_gbs) from C(python -m benchgate.calibrate). 0 looks the
+        GPU that C(nvidia-smi) reports up in a table of datasheet figures (H200, H100
+        SXM/PCIe, A100 40/80GB, L40S, L40, L4, A10G, RTX 4090).
+    type: float
+    default: 0
+  service_unit:
+    description:
+      - systemd unit of the server (C(vllm.service)). Its C(MainPID) and cgroup give
+        the processes whose memory RV(service_memory) reports, and its invocation
+        checks that the cold-start record belongs to the current start.
+    type: str
+  service_pid:
+    description:
+      - Main process of the server, instead of asking systemd for O(service_unit)'s
+        C(MainPID). Its descendants count too.
+    type: int
+  cold_start_file:
+    description:
+      - The readiness record of the vllm_service role's C(wait_ready.py). Default
+        C(/run/benchgate/<service_unit>.ready.json).
+    type: path
 notes:
   - Overrides change the workload's hash; results are compared only when name, version
     and hash agree.
+  - Memory is read from C(/proc) and C(/sys/fs/cgroup) of the host; PSS needs root
+    (C(become)) to read the server's C(smaps_rollup) and is null otherwise.
+  - The roofline bound is bandwidth / (weight bytes / tensor-parallel size), as if
+    every decode step read all weights once and nothing else; KV-cache reads,
+    communication and the draft model of speculative decoding are left out, so it is
+    an upper bound.
 seealso:
   - module: benchgate_gate
 """
@@ -159,6 +211,40 @@ result:
       per-request records only with O(include_requests).
   returned: success, not in check mode
   type: dict
+roofline:
+  description:
+    - Single-stream decode upper bound in tokens/s (C(decode_bound_tokens_per_s)) from
+      C(weight_bytes), C(tensor_parallel_size) and C(bandwidth_gbs) (with
+      C(bandwidth_source)), the measured per-request decode rate 1000 / median TPOT
+      (C(measured_tokens_per_s)) and C(efficiency_pct), the one against the other.
+      C(available) false with a C(reason) when any input is missing.
+  returned: success, not in check mode
+  type: dict
+  sample:
+    available: true
+    weight_bytes: 28000000000
+    tensor_parallel_size: 1
+    bandwidth_gbs: 4800.0
+    bandwidth_source: "datasheet: H200"
+    decode_bound_tokens_per_s: 171.4
+    measured_tokens_per_s: 140.2
+    efficiency_pct: 81.8
+service_memory:
+  description:
+    - Samples C(before) (before the warm-up) and C(after) (after the last trial), each
+      with C(rss_bytes) and C(pss_bytes) summed over the server's process tree,
+      C(cgroup_memory_current_bytes), C(cgroup_memory_peak_bytes) and C(gpus) (used and
+      total MiB per GPU from nvidia-smi, null with C(gpu_reason) without it).
+  returned: success, not in check mode
+  type: dict
+cold_start:
+  description:
+    - Seconds from the unit's last start to C(/health) 200 (C(healthy_s)) and to the
+      first completion (C(first_completion_s)), from the readiness record;
+      C(upper_bound) true when the service was already healthy at the first poll.
+  returned: success, not in check mode
+  type: dict
+  sample: {"available": true, "healthy_s": 41.3, "first_completion_s": 42.1, "upper_bound": false}
 output_path:
   description: Where the full result JSON was written, if anywhere.
   returned: success, not in check mode
@@ -198,6 +284,13 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="float"),
     output_path=dict(type="path"),
     include_requests=dict(type="bool", default=False),
+    slo=dict(type="dict"),
+    model_dir=dict(type="path"),
+    tensor_parallel_size=dict(type="int", default=1),
+    bandwidth_gbs=dict(type="float", default=0),
+    service_unit=dict(type="str"),
+    service_pid=dict(type="int"),
+    cold_start_file=dict(type="path"),
 )
 
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
+import aiohttp
 
 from . import __version__
-from .client import RequestRecord, make_client, run_requests
+from .client import FetchError, RequestRecord, fetch, make_client, run_requests
+from .hostprobe import ServiceProbe
 from .metrics import Snapshot, diff, scrape
 from .results import Result, Target, Trial, WorkloadInfo, build_trial, summarize, utc_now
 from .workload import Workload, WorkloadError, build_prompts, workload_from_any
@@ -49,33 +50,33 @@ def _root_url(base_url: str) -> str:
 
 
 async def discover(
-    client: httpx.AsyncClient, base_url: str, api_key: str | None
+    client: aiohttp.ClientSession, base_url: str, api_key: str | None
 ) -> tuple[str, str | None]:
     """(first served model id, server version or None)."""
     root = _root_url(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        resp = await client.get(f"{root}/v1/models", headers=headers, timeout=30.0)
-    except httpx.HTTPError as exc:
-        raise BenchmarkError(f"cannot reach {root}/v1/models: {type(exc).__name__}: {exc}") from exc
-    if resp.status_code != 200:
-        raise BenchmarkError(f"{root}/v1/models answered HTTP {resp.status_code}")
+        status, text = await fetch(client, f"{root}/v1/models", headers=headers, timeout_s=30.0)
+    except FetchError as exc:
+        raise BenchmarkError(f"cannot reach {root}/v1/models: {exc}") from exc
+    if status != 200:
+        raise BenchmarkError(f"{root}/v1/models answered HTTP {status}")
     try:
-        models = [m["id"] for m in resp.json()["data"]]
+        models = [m["id"] for m in json.loads(text)["data"]]
     except (ValueError, KeyError, TypeError) as exc:
-        raise BenchmarkError(f"{root}/v1/models: unexpected answer {resp.text[:200]!r}") from exc
+        raise BenchmarkError(f"{root}/v1/models: unexpected answer {text[:200]!r}") from exc
     if not models:
         raise BenchmarkError(f"{root}/v1/models lists no model")
     return models[0], await server_version(client, base_url)
 
 
-async def server_version(client: httpx.AsyncClient, base_url: str) -> str | None:
+async def server_version(client: aiohttp.ClientSession, base_url: str) -> str | None:
     try:
-        resp = await client.get(f"{_root_url(base_url)}/version", timeout=10.0)
-        if resp.status_code == 200:
-            version = resp.json().get("version")
+        status, text = await fetch(client, f"{_root_url(base_url)}/version", timeout_s=10.0)
+        if status == 200:
+            version = json.loads(text).get("version")
             return str(version) if version is not None else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (FetchError, ValueError, AttributeError):
         pass
     return None
 
@@ -152,6 +153,7 @@ async def run_benchmark_async(
                     run.started_at,
                     workload.max_error_rate,
                     server,
+                    slo=workload.slo,
                 )
             )
     report(Progress("done", -1, len(trials), len(trials)))
@@ -170,7 +172,7 @@ async def run_benchmark_async(
             "name": "benchgate",
             "version": __version__,
             "python": platform.python_version(),
-            "httpx": httpx.__version__,
+            "aiohttp": aiohttp.__version__,
         },
     )
 
@@ -181,20 +183,70 @@ def run_benchmark(
     model: str | None = None,
     api_key: str | None = None,
     progress: ProgressFn | None = None,
+    probe: ServiceProbe | None = None,
 ) -> Result:
     """Benchmark ``base_url`` with ``workload`` (a Workload, a file path or name, or a dict).
+
+    With ``probe`` the service's memory is sampled before the warm-up and after
+    the last trial, and the result gets its ``roofline``, ``service_memory``
+    and ``cold_start`` blocks (without, they stay null).
 
     Raises :class:`BenchmarkError` when the benchmark cannot start and
     :class:`benchgate.workload.WorkloadError` for a bad workload.  Failed
     requests do not raise: they make trials invalid.
     """
     wl = workload_from_any(workload)
-    return asyncio.run(run_benchmark_async(base_url, wl, model, api_key, progress))
+    if probe is not None:
+        probe.sample("before", utc_now())
+    result = asyncio.run(run_benchmark_async(base_url, wl, model, api_key, progress))
+    if probe is not None:
+        probe.sample("after", utc_now())
+        attach_host_figures(result, probe, wl)
+    return result
+
+
+def attach_host_figures(result: Result, probe: ServiceProbe, workload: Workload) -> None:
+    """Fill the result's roofline, service_memory and cold_start from ``probe``."""
+    tpot = result.summary.metrics.get("tpot_ms.median")
+    figures = probe.report(tpot.median if tpot is not None else None, workload.concurrency)
+    result.roofline = figures["roofline"]
+    result.service_memory = figures["service_memory"]
+    result.cold_start = figures["cold_start"]
 
 
 # --------------------------------------------------------------- Ansible module glue
 
-MODULE_OVERRIDES = ("concurrency", "num_requests", "trials", "input_len", "output_len", "warmup")
+MODULE_OVERRIDES = (
+    "concurrency",
+    "num_requests",
+    "trials",
+    "input_len",
+    "output_len",
+    "warmup",
+    "slo",
+)
+
+
+def probe_from_module_params(params: Mapping[str, Any]) -> ServiceProbe:
+    """The host probe the module's parameters describe (checks values; reads nothing)."""
+    tp = params.get("tensor_parallel_size")
+    tp = 1 if tp is None else int(tp)
+    if tp < 1:
+        raise BenchmarkError(f"tensor_parallel_size must be >= 1, got {tp}")
+    bandwidth = params.get("bandwidth_gbs")
+    if bandwidth is not None and float(bandwidth) < 0:
+        raise BenchmarkError(f"bandwidth_gbs must be >= 0 (0 = look the GPU up), got {bandwidth}")
+    pid = params.get("service_pid")
+    if pid is not None and int(pid) <= 0:
+        raise BenchmarkError(f"service_pid must be a process id, got {pid}")
+    return ServiceProbe(
+        unit=params.get("service_unit") or None,
+        pid=int(pid) if pid is not None else None,
+        model_dir=params.get("model_dir") or None,
+        tensor_parallel_size=tp,
+        bandwidth_gbs=float(bandwidth) if bandwidth else None,
+        cold_start_file=params.get("cold_start_file") or None,
+    )
 
 
 def workload_from_module_params(params: Mapping[str, Any]) -> Workload:
@@ -214,6 +266,7 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
     validates the workload and sends no load.
     """
     workload = workload_from_module_params(params)
+    probe = probe_from_module_params(params)
     base = {
         "changed": False,
         "workload": {"name": workload.name, "version": workload.version, "hash": workload.hash},
@@ -222,7 +275,9 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
         build_prompts(workload, 1)  # a missing prompt file fails in check mode too
         base.update(skipped=True, msg="check mode: workload is valid; no load sent")
         return base
-    result = run_benchmark(params["base_url"], workload, params.get("model"), params.get("api_key"))
+    result = run_benchmark(
+        params["base_url"], workload, params.get("model"), params.get("api_key"), probe=probe
+    )
     data = result.to_dict()
     output_path = params.get("output_path")
     if output_path:
@@ -238,6 +293,9 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
         valid_trials=valid,
         summary=data["summary"],
         target=data["target"],
+        roofline=data["roofline"],
+        service_memory=data["service_memory"],
+        cold_start=data["cold_start"],
         output_path=output_path,
         result=data if params.get("include_requests") else result.to_dict(include_requests=False),
     )
@@ -248,7 +306,9 @@ __all__ = [
     "BenchmarkError",
     "Progress",
     "WorkloadError",
+    "attach_host_figures",
     "module_run",
+    "probe_from_module_params",
     "run_benchmark",
     "run_benchmark_async",
     "workload_from_module_params",

@@ -31,7 +31,9 @@ from .client import RequestRecord
 SCHEMA = "benchgate.result/1"
 
 # Which way is better, per metric family (for the judge and for tables).
-HIGHER_IS_BETTER = ("request_throughput", "output_tokens_per_s", "total_tokens_per_s")
+HIGHER_IS_BETTER = ("request_throughput", "output_tokens_per_s", "total_tokens_per_s", "goodput")
+# Service-level objectives a workload may set (``slo``), per request, in ms.
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 STATS = ("mean", "median", "p90", "p99")
 
@@ -84,6 +86,10 @@ class TrialMetrics:
     tpot_ms: Dist | None
     itl_ms: Dist | None
     e2el_ms: Dist | None
+    # With a workload ``slo``: completed requests meeting every SLO per second of
+    # the trial, and how many met them; None without an SLO.
+    goodput: float | None = None
+    slo_met: int | None = None
 
 
 @dataclass
@@ -157,6 +163,11 @@ class Result:
     created_at: str
     client: dict[str, Any]
     schema: str = SCHEMA
+    # Host figures (benchgate.hostprobe): each {"available": bool, "reason": ..., ...}.
+    # Added to benchgate.result/1 compatibly: older results lack them.
+    roofline: dict[str, Any] | None = None
+    service_memory: dict[str, Any] | None = None
+    cold_start: dict[str, Any] | None = None
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
         data = asdict(self)
@@ -201,18 +212,47 @@ def request_to_dict(rec: RequestRecord) -> dict[str, Any]:
     }
 
 
-def trial_metrics(records: Sequence[RequestRecord], duration_s: float) -> TrialMetrics | None:
+def request_tpot_s(rec: RequestRecord) -> float | None:
+    """(e2el - ttft) / (output tokens - 1); None with fewer than 2 tokens."""
+    n = rec.output_tokens or 0
+    if n > 1 and rec.e2el_s is not None and rec.ttft_s is not None:
+        return (rec.e2el_s - rec.ttft_s) / (n - 1)
+    return None
+
+
+def meets_slo(rec: RequestRecord, slo: Mapping[str, float]) -> bool:
+    """Whether a completed request meets every SLO (as vLLM's benchmark counts goodput).
+
+    A request with one output token has no TPOT and meets a TPOT objective
+    (vLLM counts its TPOT as 0); a missing TTFT or e2el fails its objective.
+    """
+    if not rec.ok:
+        return False
+    limits_s = {key: float(value) / 1000.0 for key, value in slo.items()}
+    if "ttft_ms" in limits_s and (rec.ttft_s is None or rec.ttft_s > limits_s["ttft_ms"]):
+        return False
+    if "e2el_ms" in limits_s and (rec.e2el_s is None or rec.e2el_s > limits_s["e2el_ms"]):
+        return False
+    if "tpot_ms" in limits_s:
+        tpot = request_tpot_s(rec)
+        if tpot is not None and tpot > limits_s["tpot_ms"]:
+            return False
+    return True
+
+
+def trial_metrics(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo: Mapping[str, float] | None = None,
+) -> TrialMetrics | None:
     done = [r for r in records if r.ok]
     if not done or duration_s <= 0:
         return None
     ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
     e2els = [r.e2el_s for r in done if r.e2el_s is not None]
     itls = [gap for r in done for gap in r.itl_s]
-    tpots = []
-    for r in done:
-        n = r.output_tokens or 0
-        if n > 1 and r.e2el_s is not None and r.ttft_s is not None:
-            tpots.append((r.e2el_s - r.ttft_s) / (n - 1))
+    tpots = [t for t in (request_tpot_s(r) for r in done) if t is not None]
+    slo_met = sum(1 for r in done if meets_slo(r, slo)) if slo else None
     output_tokens = sum(r.output_tokens or 0 for r in done)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in done)
     return TrialMetrics(
@@ -223,6 +263,8 @@ def trial_metrics(records: Sequence[RequestRecord], duration_s: float) -> TrialM
         tpot_ms=Dist.of(tpots, 1000.0),
         itl_ms=Dist.of(itls, 1000.0),
         e2el_ms=Dist.of(e2els, 1000.0),
+        goodput=slo_met / duration_s if slo_met is not None else None,
+        slo_met=slo_met,
     )
 
 
@@ -239,6 +281,7 @@ def build_trial(
     started_at: float,
     max_error_rate: float,
     server: Mapping[str, Any],
+    slo: Mapping[str, float] | None = None,
 ) -> Trial:
     """Aggregate one trial; decide validity from the error rate."""
     n = len(records)
@@ -246,7 +289,7 @@ def build_trial(
     done = [r for r in records if r.ok]
     errors = dict(sorted(Counter(r.error or "" for r in failed).items()))
     error_rate = len(failed) / n if n else 1.0
-    metrics = trial_metrics(records, duration_s)
+    metrics = trial_metrics(records, duration_s, slo)
     invalid_reason = None
     if not done:
         invalid_reason = "no request completed"
@@ -296,7 +339,9 @@ def trial_figures(trial: Trial) -> dict[str, float]:
     if m is None:
         return figures
     for name in HIGHER_IS_BETTER:
-        figures[name] = getattr(m, name)
+        value = getattr(m, name)
+        if value is not None:
+            figures[name] = value
     for name in DISTRIBUTIONS:
         dist = getattr(m, name)
         if dist is not None:

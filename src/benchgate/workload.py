@@ -38,7 +38,11 @@ OVERRIDABLE = (
     "warmup",
     "request_rate",
     "timeout_s",
+    "slo",
 )
+# Per-request service-level objectives (ms) a workload may set; goodput counts
+# the completed requests that meet all of them.
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 
 class WorkloadError(ValueError):
@@ -85,6 +89,8 @@ class Workload:
     burstiness: float = 1.0
     timeout_s: float = 300.0
     prompts: PromptSource = field(default_factory=PromptSource)
+    # {"ttft_ms": 500, "tpot_ms": 50}; None = no goodput figure.
+    slo: dict[str, float] | None = None
     description: str = ""
     # Directory the workload was loaded from (resolves relative prompt paths).
     # Not part of the identity of the workload, so not hashed.
@@ -95,6 +101,9 @@ class Workload:
         data = dataclasses.asdict(self)
         data.pop("base_dir", None)
         data.pop("description", None)
+        if data.get("slo") is None:
+            # Absent, not null: workloads without an SLO keep the hash they had.
+            data.pop("slo", None)
         return data
 
     @property
@@ -164,16 +173,18 @@ def _float(
     minimum: float = 0.0,
     maximum: float | None = None,
     strict_min: bool = False,
+    name: str | None = None,
 ) -> float:
+    label = name or key
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WorkloadError(key, f"must be a number, got {value!r}", source)
+        raise WorkloadError(label, f"must be a number, got {value!r}", source)
     value = float(value)
     if value < minimum or (strict_min and value == minimum):
         op = ">" if strict_min else ">="
-        raise WorkloadError(key, f"must be {op} {minimum}, got {value}", source)
+        raise WorkloadError(label, f"must be {op} {minimum}, got {value}", source)
     if maximum is not None and value > maximum:
-        raise WorkloadError(key, f"must be <= {maximum}, got {value}", source)
+        raise WorkloadError(label, f"must be <= {maximum}, got {value}", source)
     return value
 
 
@@ -200,6 +211,24 @@ def _prompt_source(raw: Any, source: str | None) -> PromptSource:
     elif path is not None:
         raise WorkloadError("prompts.path", "is only valid for source 'file' or 'sharegpt'", source)
     return PromptSource(source=kind, seed=seed, path=path)
+
+
+def _slo(raw: Any, source: str | None) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise WorkloadError("slo", f"must be a mapping, got {type(raw).__name__}", source)
+    unknown = sorted(set(raw) - set(SLO_KEYS))
+    if unknown:
+        known = ", ".join(SLO_KEYS)
+        raise WorkloadError(f"slo.{unknown[0]}", f"unknown key (one of {known})", source)
+    if not raw:
+        raise WorkloadError("slo", f"needs at least one of {', '.join(SLO_KEYS)}", source)
+    out = {}
+    for key in SLO_KEYS:
+        if key in raw:
+            out[key] = _float(raw, key, 0.0, source, strict_min=True, name=f"slo.{key}")
+    return out
 
 
 def parse_workload(data: Any, base_dir: str | None = None, source: str | None = None) -> Workload:
@@ -260,6 +289,7 @@ def parse_workload(data: Any, base_dir: str | None = None, source: str | None = 
         burstiness=_float(data, "burstiness", 1.0, source, strict_min=True),
         timeout_s=_float(data, "timeout_s", 300.0, source, strict_min=True),
         prompts=_prompt_source(data.get("prompts"), source),
+        slo=_slo(data.get("slo"), source),
         description=description,
         base_dir=base_dir,
     )
