@@ -24,9 +24,11 @@ pip_quiet() {
 }
 
 step "System packages"
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null \
+  || ! command -v chromium >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap >/dev/null
+  # chromium: the report test opens the HTML report in a real headless browser.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap chromium >/dev/null
 fi
 # This VM needs runc (crun refuses its cgroup layout) and explicit ulimits.
 install -D -m 0644 scripts/containers.conf /etc/containers/containers.conf.d/50-benchgate.conf

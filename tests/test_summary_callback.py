@@ -17,21 +17,62 @@ _SPEC.loader.exec_module(summary)
 
 
 def test_one_line_per_host_with_change_and_rollback() -> None:
-    lines = summary.format_summary({
-        "gpu-02": {"from": "0.31.0", "to": "0.32.0", "before_tok_s": "400", "after_tok_s": 300,
-                   "verdict": "FAIL", "rolled_back": "True", "reasons": ["slower by 25%"]},
-        "gpu-01": {"from": "0.31.0", "to": "0.32.0", "before_tok_s": 400.0, "after_tok_s": 410.0,
-                   "verdict": "PASS", "rolled_back": False, "reasons": []},
-    })
-    assert lines[0].split() == ["host", "release", "tok/s", "before", "tok/s", "after", "change",
-                                "verdict"]
-    assert lines[1].split() == ["gpu-01", "0.31.0", "->", "0.32.0", "400.0", "410.0", "+2.5%",
-                                "PASS"]
+    lines = summary.format_summary(
+        {
+            "gpu-02": {
+                "from": "0.31.0",
+                "to": "0.32.0",
+                "before_tok_s": "400",
+                "after_tok_s": 300,
+                "verdict": "FAIL",
+                "rolled_back": "True",
+                "reasons": ["slower by 25%"],
+            },
+            "gpu-01": {
+                "from": "0.31.0",
+                "to": "0.32.0",
+                "before_tok_s": 400.0,
+                "after_tok_s": 410.0,
+                "verdict": "PASS",
+                "rolled_back": False,
+                "reasons": [],
+            },
+        }
+    )
+    assert lines[0].split() == [
+        "host",
+        "release",
+        "tok/s",
+        "before",
+        "tok/s",
+        "after",
+        "change",
+        "verdict",
+    ]
+    assert lines[1].split() == [
+        "gpu-01",
+        "0.31.0",
+        "->",
+        "0.32.0",
+        "400.0",
+        "410.0",
+        "+2.5%",
+        "PASS",
+    ]
     assert lines[2].split()[-5:] == ["300.0", "-25.0%", "FAIL", "(rolled", "back)"]
     assert lines[3] == "  gpu-02: slower by 25%"
 
 
 def test_missing_figures_show_a_dash() -> None:
-    lines = summary.format_summary({"h": {"from": "0.31.0", "to": "0.32.0", "verdict": "ERROR",
-                                          "before_tok_s": None, "after_tok_s": ""}})
+    lines = summary.format_summary(
+        {
+            "h": {
+                "from": "0.31.0",
+                "to": "0.32.0",
+                "verdict": "ERROR",
+                "before_tok_s": None,
+                "after_tok_s": "",
+            }
+        }
+    )
     assert lines[1].split()[-4:] == ["-", "-", "-", "ERROR"]

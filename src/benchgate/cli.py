@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, cli_advise, cli_gate
+from . import __version__, cli_advise, cli_gate, cli_report, cli_rollout
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,31 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", type=Path, help="write the result JSON here")
     p.add_argument("--no-requests", action="store_true", help="leave per-request records out")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no table")
+    slo = p.add_argument_group("goodput (override the workload's slo: per-request objectives)")
+    slo.add_argument("--slo-ttft-ms", type=float, help="TTFT objective in ms")
+    slo.add_argument("--slo-tpot-ms", type=float, help="TPOT objective in ms")
+    slo.add_argument("--slo-e2el-ms", type=float, help="end-to-end latency objective in ms")
+    host = p.add_argument_group("host figures (roofline, service memory, cold start)")
+    host.add_argument("--model-dir", help="served model folder (safetensors) for the roofline")
+    host.add_argument(
+        "--tensor-parallel-size", "--tp", type=int, default=1, help="server's TP size (1)"
+    )
+    host.add_argument(
+        "--bandwidth-gbs",
+        type=float,
+        help="GPU memory bandwidth in GB/s (default: nvidia-smi's GPU in the datasheet table)",
+    )
+    host.add_argument(
+        "--calibration",
+        type=Path,
+        help="take the bandwidth from a calibration JSON (bandwidth_gbs.read_gbs)",
+    )
+    host.add_argument("--service-unit", help="server's systemd unit, e.g. vllm.service")
+    host.add_argument("--service-pid", type=int, help="server's main pid (instead of the unit)")
+    host.add_argument(
+        "--cold-start-file",
+        help="readiness record (default /run/benchgate/<unit>.ready.json)",
+    )
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -75,6 +100,68 @@ def summary_rows(result: Any) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def host_lines(result: Any) -> list[str]:
+    """One line each for the roofline, the service memory and the cold start."""
+    lines = []
+    roof = result.roofline
+    if roof is not None:
+        if roof.get("decode_bound_tokens_per_s") is not None:
+            eff = roof.get("efficiency_pct")
+            measured = (
+                f"measured {_fmt(roof['measured_tokens_per_s'])} tok/s per stream "
+                f"(1000/TPOT median, concurrency {roof.get('concurrency')}) = "
+                f"{_fmt(eff)}% of it"
+                if eff is not None
+                else str(roof.get("reason"))
+            )
+            lines.append(
+                f"roofline: {roof['weight_bytes'] / 1e9:,.2f} GB of weights / TP "
+                f"{roof['tensor_parallel_size']} at {_fmt(roof['bandwidth_gbs'], 0)} GB/s "
+                f"({roof['bandwidth_source']}) -> at most "
+                f"{_fmt(roof['decode_bound_tokens_per_s'])} tok/s single-stream; {measured}"
+            )
+        else:
+            lines.append(f"roofline: not available: {roof.get('reason')}")
+    mem = result.service_memory
+    if mem is not None:
+        if mem.get("available"):
+            parts = []
+            for label in ("before", "after"):
+                sample = mem.get(label) or {}
+                text = (
+                    f"{label} RSS {_mib(sample.get('rss_bytes'))} "
+                    f"({sample.get('pids', 0)} processes)"
+                )
+                if sample.get("cgroup_memory_current_bytes") is not None:
+                    text += f", cgroup {_mib(sample['cgroup_memory_current_bytes'])}"
+                gpus = sample.get("gpus")
+                if gpus:
+                    used = sum(g["memory_used_mib"] for g in gpus)
+                    total = sum(g["memory_total_mib"] for g in gpus)
+                    text += f", GPU {used:,.0f}/{total:,.0f} MiB"
+                parts.append(text)
+            lines.append(f"service memory (pid {mem.get('pid')}): " + "; ".join(parts))
+            if mem.get("gpu_reason"):
+                lines.append(f"GPU memory: not available: {mem['gpu_reason']}")
+        else:
+            lines.append(f"service memory: not available: {mem.get('reason')}")
+    cold = result.cold_start
+    if cold is not None:
+        if cold.get("available"):
+            bound = " (upper bound: already up at the first poll)" if cold["upper_bound"] else ""
+            lines.append(
+                f"cold start: /health 200 after {_fmt(cold['healthy_s'], 1)} s, first "
+                f"completion after {_fmt(cold['first_completion_s'], 1)} s{bound}"
+            )
+        else:
+            lines.append(f"cold start: not available: {cold.get('reason')}")
+    return lines
+
+
 def _print_result(result: Any, console: Any) -> None:
     from rich.table import Table
 
@@ -86,11 +173,21 @@ def _print_result(result: Any, console: Any) -> None:
         f"({wl.hash[:12]})"
     )
     trials = Table(title="Trials")
-    for col in ("#", "ok", "req", "fail", "dur s", "tok/s", "srv tok/s", "diff%", "TTFT", "TPOT"):
+    cols = ["#", "ok", "req", "fail", "dur s", "tok/s", "srv tok/s", "diff%", "TTFT", "TPOT"]
+    has_slo = any(t.metrics is not None and t.metrics.goodput is not None for t in result.trials)
+    if has_slo:
+        cols += ["SLO met", "goodput"]
+    for col in cols:
         trials.add_column(col, justify="right")
     for t in result.trials:
         m = t.metrics
         a = t.agreement
+        extra = []
+        if has_slo:
+            extra = [
+                str(m.slo_met) if m and m.slo_met is not None else "-",
+                _fmt(m.goodput if m else None, 2),
+            ]
         trials.add_row(
             str(t.index),
             "yes" if t.valid else "[red]NO[/]",
@@ -102,9 +199,14 @@ def _print_result(result: Any, console: Any) -> None:
             _fmt(a.tokens_per_s_diff_pct if a else None, 2),
             _fmt(m.ttft_ms.median if m and m.ttft_ms else None, 1),
             _fmt(m.tpot_ms.median if m and m.tpot_ms else None, 2),
+            *extra,
         )
     console.print(trials)
     console.print("TTFT, TPOT: medians in ms; diff%: client tok/s vs the server's counter")
+    if has_slo:
+        objectives = (result.workload.params.get("slo") or {}).items()
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in objectives)
+        console.print(f"goodput: requests/s meeting every SLO ({slo})")
     for t in result.trials:
         if not t.valid:
             console.print(f"[red]trial {t.index} invalid[/]: {t.invalid_reason}")
@@ -116,6 +218,8 @@ def _print_result(result: Any, console: Any) -> None:
     for row in summary_rows(result):
         table.add_row(*row)
     console.print(table)
+    for line in host_lines(result):
+        console.print(line, highlight=False, markup=False)
     for t in result.trials:
         spec = t.server.get("spec_decode") if t.server.get("ok") else None
         if spec:
@@ -132,11 +236,55 @@ def _print_result(result: Any, console: Any) -> None:
             )
 
 
+def _slo_override(args: argparse.Namespace) -> dict[str, float] | None:
+    slo = {
+        key: value
+        for key, value in (
+            ("ttft_ms", args.slo_ttft_ms),
+            ("tpot_ms", args.slo_tpot_ms),
+            ("e2el_ms", args.slo_e2el_ms),
+        )
+        if value is not None
+    }
+    return slo or None
+
+
+def _probe(args: argparse.Namespace) -> Any:
+    """The host probe for ``benchgate bench``; raises ValueError for bad figures."""
+    from .hostprobe import ServiceProbe, bandwidth_from_calibration
+
+    if args.tensor_parallel_size < 1:
+        raise ValueError(f"--tensor-parallel-size must be >= 1, got {args.tensor_parallel_size}")
+    bandwidth = args.bandwidth_gbs
+    if bandwidth is not None and bandwidth <= 0:
+        raise ValueError(f"--bandwidth-gbs must be > 0, got {bandwidth}")
+    if args.calibration is not None:
+        if bandwidth is not None:
+            raise ValueError("give --bandwidth-gbs or --calibration, not both")
+        try:
+            bandwidth = bandwidth_from_calibration(args.calibration)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--calibration: {exc}") from exc
+    return ServiceProbe(
+        unit=args.service_unit,
+        pid=args.service_pid,
+        model_dir=args.model_dir,
+        tensor_parallel_size=args.tensor_parallel_size,
+        bandwidth_gbs=bandwidth,
+        cold_start_file=args.cold_start_file,
+    )
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from .bench import BenchmarkError, Progress, run_benchmark
     from .workload import WorkloadError, load_workload
 
     err = sys.stderr
+    try:
+        probe = _probe(args)
+    except ValueError as exc:
+        print(f"benchgate bench: {exc}", file=err)
+        return EXIT_ERROR
     try:
         workload = load_workload(args.workload).with_overrides(
             concurrency=args.concurrency,
@@ -147,6 +295,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             request_rate=args.request_rate,
             timeout_s=args.timeout,
+            slo=_slo_override(args),
         )
     except WorkloadError as exc:
         print(f"benchgate bench: {exc}", file=err)
@@ -199,9 +348,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     try:
         if bar is not None:
             with bar:
-                result = run_benchmark(args.base_url, workload, args.model, api_key, progress)
+                result = run_benchmark(
+                    args.base_url, workload, args.model, api_key, progress, probe=probe
+                )
         else:
-            result = run_benchmark(args.base_url, workload, args.model, api_key)
+            result = run_benchmark(args.base_url, workload, args.model, api_key, probe=probe)
     except BenchmarkError as exc:
         print(f"benchgate bench: {exc}", file=err)
         return EXIT_ERROR
@@ -243,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(_run=command.run)
     cli_gate.register(sub)  # judge, record, history (benchgate.cli_gate)
     cli_advise.register(sub)  # advise (benchgate.cli_advise)
+    cli_report.register(sub)  # report (benchgate.cli_report)
+    cli_rollout.register(sub)  # rollout (benchgate.cli_rollout)
     return parser
 
 

@@ -1,0 +1,416 @@
+"""Scheduled rollouts: ``playbooks/upgrade.yml`` through ansible-runner, one at a time.
+
+One rollout is one or more *phases*; a phase is one ``ansible_runner.run`` of the
+upgrade playbook with one target release (``vllm_version``), over the whole
+inventory or ``--limit``-ed to one group when the versions file gives a release
+per group. Phases run in the file's order and the rollout stops at the first
+phase in which a host was blocked or failed.
+
+Every phase gets its own runner artifact folder
+(``<private data dir>/artifacts/<run id>/``, the run id is also the playbook's
+``benchgate_run_id``) and, beside runner's own files, a ``benchgate/`` folder:
+``summary.json`` (the ``benchgate_summary`` callback's per-host summary),
+``results/`` (a copy of the run's benchmark results and verdicts,
+``<artifacts dir>/<run id>/``) and ``ledger.json`` (the ledger rows recorded
+while the phase ran).
+
+Two rollouts never overlap: :class:`RolloutLock` holds an exclusive ``flock``
+on a lock file for the whole rollout, and writes who holds it into the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from . import ledger
+
+#: Exit statuses of ``benchgate rollout`` (2 is argparse's usage error).
+EXIT_OK = 0
+EXIT_BLOCKED = 1  # a host was blocked (rolled back) or failed: the rollout stopped
+EXIT_ERROR = 3  # the rollout could not run: bad input, runner error, timeout, cancel
+EXIT_LOCKED = 75  # another rollout holds the lock (EX_TEMPFAIL: try again later)
+
+PASSING_VERDICTS = ("PASS",)
+
+
+class RolloutError(Exception):
+    """Input or set-up the user has to fix; the rollout did not start."""
+
+
+# --------------------------------------------------------------------------- lock
+
+
+class LockBusy(Exception):
+    """Another process holds the rollout lock; ``holder`` is what it wrote."""
+
+    def __init__(self, path: Path, holder: Mapping[str, Any]) -> None:
+        self.path = path
+        self.holder = dict(holder)
+        super().__init__(f"{path} is held by {describe_holder(holder)}")
+
+
+def describe_holder(holder: Mapping[str, Any]) -> str:
+    """``pid 123 (alice@ctl, since ..., command: ...)``; tolerant of a partial record."""
+    if not holder:
+        return "another process (it has not written its name yet)"
+    who = f"{holder.get('user', '?')}@{holder.get('host', '?')}"
+    text = f"pid {holder.get('pid', '?')} ({who}, since {holder.get('started_at', '?')})"
+    if holder.get("command"):
+        text += f", command: {holder['command']}"
+    return text
+
+
+class RolloutLock:
+    """An exclusive, non-blocking ``flock`` on ``path`` for the life of the rollout.
+
+    The kernel drops the lock when the holder exits, however it exits, so a
+    crashed rollout never leaves a stale lock behind; the file's content (who
+    held it last) is only read while the lock is held by someone else.
+    """
+
+    def __init__(self, path: str | Path, command: Sequence[str] | None = None) -> None:
+        self.path = Path(path)
+        self.command = " ".join(command if command is not None else sys.argv)
+        self._handle: TextIO | None = None
+
+    def acquire(self) -> dict[str, Any]:
+        """Take the lock or raise :class:`LockBusy`; return the record written."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # "a+": opening must not truncate what the current holder wrote.
+        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read()
+            handle.close()
+            try:
+                holder = json.loads(text) if text.strip() else {}
+            except json.JSONDecodeError:
+                holder = {"command": text.strip()[:200]}
+            raise LockBusy(self.path, holder if isinstance(holder, dict) else {}) from None
+        record = {
+            "pid": os.getpid(),
+            "user": _user(),
+            "host": socket.gethostname(),
+            "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": self.command,
+        }
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+        self._handle = handle
+        return record
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> RolloutLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One runner run: a release for the whole inventory (group None) or one group."""
+
+    version: str
+    group: str | None = None
+
+
+def _check_version(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise RolloutError(f'{where}: expected a release such as "0.32.0", got {value!r}')
+    if not isinstance(value, str):
+        raise RolloutError(
+            f'{where}: {value!r} was read as a number; quote the release ("{value}") '
+            "so that YAML keeps it exactly as written"
+        )
+    text = value.strip()
+    if not text or any(c in text for c in " <>=!~*,") or text.lower() == "latest":
+        raise RolloutError(f'{where}: {value!r} is not one exact release (e.g. "0.32.0")')
+    return text
+
+
+def load_versions_file(path: str | Path) -> list[Phase]:
+    """Read a versions file: ``version: X`` (every host) or ``groups: {group: X, ...}``.
+
+    Groups are upgraded in the order the file lists them.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RolloutError(f"cannot read the versions file {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise RolloutError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or set(data) - {"version", "groups"}:
+        raise RolloutError(
+            f"{path}: expected a mapping with 'version: <release>' or "
+            "'groups: {<group>: <release>, ...}'"
+        )
+    if ("version" in data) == ("groups" in data):
+        raise RolloutError(f"{path}: give exactly one of 'version' and 'groups'")
+    if "version" in data:
+        return [Phase(_check_version(data["version"], f"{path}: version"))]
+    groups = data["groups"]
+    if not isinstance(groups, dict) or not groups:
+        raise RolloutError(f"{path}: 'groups' must map group names to releases")
+    return [
+        Phase(_check_version(version, f"{path}: groups.{group}"), str(group))
+        for group, version in groups.items()
+    ]
+
+
+def parse_extra_vars(items: Sequence[str]) -> dict[str, Any]:
+    """``-e`` values: ``KEY=VALUE`` (a string), ``@file.yml`` or a JSON/YAML mapping."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.startswith("@"):
+            try:
+                data = yaml.safe_load(Path(item[1:]).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise RolloutError(f"-e {item}: {exc}") from exc
+        elif item.lstrip().startswith("{"):
+            try:
+                data = yaml.safe_load(item)
+            except yaml.YAMLError as exc:
+                raise RolloutError(f"-e {item!r}: {exc}") from exc
+        else:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise RolloutError(f"-e {item!r}: expected KEY=VALUE, @FILE or a mapping")
+            data = {key.strip(): value}
+        if not isinstance(data, dict):
+            raise RolloutError(f"-e {item!r}: must give a mapping of variables")
+        out.update(data)
+    return out
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """The playbook's own run id format (UTC, to the second)."""
+    return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass
+class Settings:
+    """Everything one rollout needs; paths are resolved by :func:`settings_from`."""
+
+    project_dir: Path
+    private_data_dir: Path
+    artifacts_dir: Path
+    ledger: Path
+    playbook: str = "playbooks/upgrade.yml"
+    inventory: list[str] = field(default_factory=list)
+    limit: str | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    phases: list[Phase] = field(default_factory=list)
+    rotate_artifacts: int = 0
+    show_ansible_output: bool = False
+
+
+@dataclass
+class PhaseResult:
+    phase: Phase
+    run_id: str
+    status: str
+    rc: int | None
+    artifact_dir: Path
+    summary: dict[str, Any]
+    blocked: list[str]
+    failed: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0 and not self.blocked and not self.failed
+
+
+def blocked_hosts(summary: Mapping[str, Any]) -> list[str]:
+    """Hosts whose verdict in the callback's summary is not PASS, or that were rolled back."""
+    out = []
+    for host, item in summary.items():
+        item = item if isinstance(item, Mapping) else {}
+        rolled_back = item.get("rolled_back") in (True, "True", "true")
+        if rolled_back or str(item.get("verdict", "")).upper() not in PASSING_VERDICTS:
+            out.append(str(host))
+    return sorted(out)
+
+
+def failed_hosts(stats: Mapping[str, Any] | None) -> list[str]:
+    """Hosts with failures or unreachable in ansible's final stats (rescued ones too)."""
+    if not stats:
+        return []
+    hosts: set[str] = set()
+    for key in ("failures", "dark"):
+        hosts.update(h for h, n in (stats.get(key) or {}).items() if n)
+    return sorted(hosts)
+
+
+EventSink = Callable[[Mapping[str, Any]], None]
+
+
+def _ledger_rows(path: Path, since: str) -> dict[str, Any]:
+    if not path.is_file():
+        return {"ledger": str(path), "since": since, "verdicts": [], "runs": []}
+    return {
+        "ledger": str(path),
+        "since": since,
+        "verdicts": [v.to_dict() for v in ledger.history(path, since=since, limit=None)],
+        "runs": [r.to_dict() for r in ledger.runs(path, since=since, limit=None)],
+    }
+
+
+def _keep_events(sink: EventSink | None) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Runner's event handler: show the event, and return True so runner keeps it."""
+    if sink is None:
+        return None
+
+    def handler(event: Mapping[str, Any]) -> bool:
+        sink(event)
+        return True
+
+    return handler
+
+
+def _run_runner(
+    settings: Settings,
+    run_id: str,
+    limit: str | None,
+    extravars: dict[str, Any],
+    envvars: dict[str, str],
+    on_event: EventSink | None,
+    cancelled: Callable[[], bool] | None,
+) -> Any:
+    import ansible_runner
+
+    return ansible_runner.run(
+        private_data_dir=str(settings.private_data_dir),
+        project_dir=str(settings.project_dir),
+        playbook=settings.playbook,
+        inventory=settings.inventory or None,
+        limit=limit,
+        extravars=extravars,
+        envvars=envvars,
+        ident=run_id,
+        quiet=not settings.show_ansible_output,
+        event_handler=_keep_events(on_event),
+        cancel_callback=cancelled,
+        rotate_artifacts=settings.rotate_artifacts,
+        # Keep -e and the environment in memory: written into env/, a later
+        # run would read them back (runner only writes those files once).
+        suppress_env_files=True,
+    )
+
+
+def run_phase(
+    settings: Settings,
+    phase: Phase,
+    run_id: str,
+    on_event: EventSink | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> PhaseResult:
+    """Run the playbook once through ansible-runner and collect benchgate's outputs."""
+    import ansible_runner.exceptions
+
+    artifact_dir = settings.private_data_dir / "artifacts" / run_id
+    own = artifact_dir / "benchgate"
+    own.mkdir(parents=True, exist_ok=True)
+    summary_file = own / "summary.json"
+    extravars = dict(settings.extravars)
+    extravars.update(
+        vllm_version=phase.version,
+        benchgate_run_id=run_id,
+        benchgate_ledger=str(settings.ledger),
+        vllm_benchmark_artifacts_dir=str(settings.artifacts_dir),
+    )
+    envvars = {"BENCHGATE_SUMMARY_FILE": str(summary_file)}
+    callbacks = settings.project_dir / "plugins" / "callback"
+    if callbacks.is_dir():
+        # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS to its own folder, which
+        # hides ansible.cfg's callback_plugins: name the project's again.
+        envvars["ANSIBLE_CALLBACK_PLUGINS"] = str(callbacks)
+    limit = phase.group if phase.group is not None else settings.limit
+    if phase.group is not None and settings.limit:
+        limit = f"{phase.group}:&{settings.limit}"
+    since = ledger.utcnow()
+    try:
+        runner = _run_runner(settings, run_id, limit, extravars, envvars, on_event, cancelled)
+    except (OSError, ansible_runner.exceptions.AnsibleRunnerException) as exc:
+        raise RolloutError(f"ansible-runner could not start the playbook: {exc}") from exc
+
+    summary: dict[str, Any] = {}
+    if summary_file.is_file():
+        try:
+            loaded = json.loads(summary_file.read_text(encoding="utf-8"))
+            summary = loaded if isinstance(loaded, dict) else {}
+        except json.JSONDecodeError:
+            summary = {}
+    results = settings.artifacts_dir / run_id
+    if results.is_dir():
+        shutil.copytree(results, own / "results", dirs_exist_ok=True)
+    (own / "ledger.json").write_text(
+        json.dumps(_ledger_rows(settings.ledger, since), indent=1, default=str) + "\n",
+        encoding="utf-8",
+    )
+    return PhaseResult(
+        phase=phase,
+        run_id=run_id,
+        status=str(runner.status),
+        rc=runner.rc,
+        artifact_dir=artifact_dir,
+        summary=summary,
+        blocked=blocked_hosts(summary),
+        failed=failed_hosts(runner.stats),
+    )
+
+
+def phase_run_id(base: str, index: int, phase: Phase, total: int) -> str:
+    """``<base>`` for a one-phase rollout, ``<base>-<n>-<group>`` per group otherwise."""
+    if total == 1 and phase.group is None:
+        return base
+    return f"{base}-{index + 1}-{phase.group or 'all'}"
+
+
+def exit_status(results: Sequence[PhaseResult]) -> int:
+    """0 all phases passed; 1 a host was blocked or failed; 3 runner could not finish."""
+    for result in results:
+        if result.blocked or result.failed:
+            return EXIT_BLOCKED
+        if result.status in ("timeout", "canceled", "error") or result.rc is None:
+            return EXIT_ERROR
+        if result.status != "successful" or result.rc != 0:
+            # ansible-playbook failed before any host did (syntax, no hosts matched, ...).
+            return EXIT_ERROR
+    return EXIT_OK

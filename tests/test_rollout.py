@@ -1,0 +1,283 @@
+"""``benchgate rollout`` through a real ansible-runner, on localhost with a local connection.
+
+The project is a tiny stand-in for benchgate's (same layout: ansible.cfg,
+playbooks/upgrade.yml, the real benchgate_summary callback): its playbook
+writes a result file, records a verdict in the ledger and adds the host to
+the summary the way playbooks/upgrade.yml does, and blocks release 9.9.9.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchgate import ledger, rollout
+from benchgate.cli import main
+
+pytest.importorskip("ansible_runner")
+
+REPO = Path(__file__).resolve().parent.parent
+BAD = "9.9.9"
+
+PLAYBOOK = """\
+---
+- name: Tiny upgrade
+  hosts: vllm_hosts
+  gather_facts: false
+  tasks:
+    - name: Wait for the go file
+      ansible.builtin.wait_for:
+        path: "{{ wait_for_file }}"
+        timeout: 120
+      when: wait_for_file is defined
+
+    - name: Create the result folder
+      ansible.builtin.file:
+        path: "{{ vllm_benchmark_artifacts_dir }}/{{ benchgate_run_id }}/{{ inventory_hostname }}"
+        state: directory
+        mode: "0755"
+
+    - name: Write the candidate's result
+      ansible.builtin.copy:
+        content: '{"release": "{{ vllm_version }}"}'
+        dest: "{{ vllm_benchmark_artifacts_dir }}/{{ benchgate_run_id }}/{{ inventory_hostname
+          }}/candidate.json"
+        mode: "0644"
+
+    - name: Record the verdict in the ledger
+      ansible.builtin.command:
+        argv:
+          - "{{ ansible_playbook_python }}"
+          - -c
+          - >-
+            import sys; from benchgate import ledger;
+            ledger.record_verdict(sys.argv[1], {"verdict": sys.argv[2], "reasons": ["tiny"]},
+            host=sys.argv[3], release=sys.argv[4])
+          - "{{ benchgate_ledger }}"
+          - "{{ 'FAIL' if vllm_version == '9.9.9' else 'PASS' }}"
+          - "{{ inventory_hostname }}"
+          - "{{ vllm_version }}"
+      changed_when: true
+
+    - name: Add the host to the run summary
+      ansible.builtin.set_stats:
+        data:
+          benchgate_summary: "{{ {inventory_hostname: line} }}"
+        per_host: false
+        aggregate: true
+      vars:
+        line:
+          from: "1.0.0"
+          to: "{{ vllm_version }}"
+          before_tok_s: 100.0
+          after_tok_s: "{{ 50.0 if vllm_version == '9.9.9' else 101.0 }}"
+          verdict: "{{ 'FAIL' if vllm_version == '9.9.9' else 'PASS' }}"
+          rolled_back: "{{ vllm_version == '9.9.9' }}"
+          reasons: []
+
+    - name: Stop the rollout
+      ansible.builtin.fail:
+        msg: "BLOCKED on {{ inventory_hostname }}"
+      when: vllm_version == '9.9.9'
+"""
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "playbooks" / "upgrade.yml").write_text(PLAYBOOK)
+    shutil.copytree(REPO / "plugins" / "callback", root / "plugins" / "callback")
+    (root / "ansible.cfg").write_text(
+        "[defaults]\ninventory = inventory.yml\ncallbacks_enabled = benchgate_summary\n"
+        "retry_files_enabled = false\n"
+    )
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {
+        "all": {
+            "children": {
+                "vllm_hosts": {"children": {"g1": {}, "g2": {}, "g3": {}}},
+                "g1": {"hosts": {"alpha": local}},
+                "g2": {"hosts": {"beta": local}},
+                "g3": {"hosts": {"gamma": local}},
+            }
+        }
+    }
+    (root / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    shutil.copytree(REPO / "runner" / "env", root / "runner" / "env")
+    return root
+
+
+def _rollout(project: Path, *args: str) -> list[str]:
+    return ["rollout", "--project-dir", str(project), *args]
+
+
+def _runs(project: Path) -> list[Path]:
+    return sorted((project / "runner" / "artifacts").iterdir())
+
+
+def test_passing_run_keeps_summary_results_and_ledger_rows(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = project / "artifacts" / "ledger.sqlite"
+    ledger.record_verdict(db, {"verdict": "PASS", "reasons": ["older"]}, host="old")
+    time.sleep(0.01)
+
+    assert main(_rollout(project, "-e", "vllm_version=1.0.0")) == rollout.EXIT_OK
+
+    out = capsys.readouterr().out
+    assert "TASK Record the verdict in the ledger" in out
+    assert "changed alpha" in out and "changed gamma" in out
+    [run] = _runs(project)
+    assert (run / "status").read_text() == "successful"
+    own = run / "benchgate"
+    summary = json.loads((own / "summary.json").read_text())
+    assert set(summary) == {"alpha", "beta", "gamma"}
+    assert {item["verdict"] for item in summary.values()} == {"PASS"}
+    # The run id the rollout chose is the playbook's benchgate_run_id.
+    result = json.loads((own / "results" / "beta" / "candidate.json").read_text())
+    assert result == {"release": "1.0.0"}
+    assert (project / "artifacts" / run.name / "beta" / "candidate.json").is_file()
+    rows = json.loads((own / "ledger.json").read_text())
+    assert sorted(v["host"] for v in rows["verdicts"]) == ["alpha", "beta", "gamma"]
+    assert all(v["release"] == "1.0.0" for v in rows["verdicts"])
+    # The runner was given the extra vars on its command line, not in env/ files.
+    assert sorted(p.name for p in (project / "runner" / "env").iterdir()) == [
+        "envvars",
+        "settings",
+    ]
+
+
+def test_a_blocked_host_makes_the_exit_status_non_zero(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(_rollout(project, "-e", f"vllm_version={BAD}", "--limit", "beta"))
+
+    assert status == rollout.EXIT_BLOCKED
+    out = capsys.readouterr().out
+    assert "FAILED beta: BLOCKED on beta" in out
+    assert "blocked: beta" in out
+    [run] = _runs(project)
+    assert (run / "status").read_text() == "failed"
+    summary = json.loads((run / "benchgate" / "summary.json").read_text())
+    assert summary["beta"]["verdict"] == "FAIL"
+    rows = json.loads((run / "benchgate" / "ledger.json").read_text())
+    assert [(v["host"], v["verdict"]) for v in rows["verdicts"]] == [("beta", "FAIL")]
+
+
+def test_groups_run_in_order_and_stop_at_the_first_blocked_one(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    versions = tmp_path / "versions.yml"
+    versions.write_text('groups:\n  g1: "1.0.0"\n  g2: "9.9.9"\n  g3: "1.0.0"\n')
+
+    status = main(_rollout(project, "--versions-file", str(versions)))
+
+    assert status == rollout.EXIT_BLOCKED
+    runs = _runs(project)
+    assert [p.name.split("-", 1)[1] for p in runs] == ["1-g1", "2-g2"]
+    first = json.loads((runs[0] / "benchgate" / "summary.json").read_text())
+    second = json.loads((runs[1] / "benchgate" / "summary.json").read_text())
+    assert set(first) == {"alpha"} and first["alpha"]["to"] == "1.0.0"
+    assert set(second) == {"beta"} and second["beta"]["verdict"] == "FAIL"
+    assert "not started: g3" in capsys.readouterr().out
+    db = project / "artifacts" / "ledger.sqlite"
+    assert "gamma" not in {v.host for v in ledger.history(db, limit=None)}
+
+
+def test_a_second_rollout_waits_for_nobody_and_says_who_runs(project: Path, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    lock_file = tmp_path / "rollout.lock"
+    cmd = [sys.executable, "-m", "benchgate.cli", "rollout", "--project-dir", str(project)]
+    cmd += ["--lock-file", str(lock_file)]
+    first = subprocess.Popen(
+        [*cmd, "-e", "vllm_version=1.0.0", "-e", f"wait_for_file={go}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        # The first holds the lock once it prints its first progress line.
+        assert "rollout" in first.stdout.readline()
+        second = subprocess.run(
+            [*cmd, "-e", "vllm_version=1.0.0"], capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode == rollout.EXIT_LOCKED
+        assert f"pid {first.pid}" in second.stderr
+        assert "another rollout is running" in second.stderr
+    finally:
+        go.touch()
+        rest, _ = first.communicate(timeout=180)
+    assert first.returncode == rollout.EXIT_OK, rest
+    assert len(_runs(project)) == 1  # the refused rollout started no run
+
+
+def test_no_release_is_an_error_before_anything_runs(project: Path) -> None:
+    assert main(_rollout(project)) == rollout.EXIT_ERROR
+    assert not (project / "runner" / "artifacts").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version: 0.32\n", "quote the release"),
+        ('version: ">=0.31"\n', "not one exact release"),
+        ('version: "0.32.0"\ngroups: {a: "0.32.0"}\n', "exactly one of"),
+        ("groups: []\n", "must map group names"),
+        ("- 0.32.0\n", "expected a mapping"),
+    ],
+)
+def test_versions_file_errors_say_what_to_fix(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "v.yml"
+    path.write_text(text)
+    with pytest.raises(rollout.RolloutError, match=message):
+        rollout.load_versions_file(path)
+
+
+def test_versions_file_keeps_the_group_order(tmp_path: Path) -> None:
+    path = tmp_path / "v.yml"
+    path.write_text('groups:\n  canary: "0.32.0"\n  l4: "0.32.0"\n  h200: "0.33.0"\n')
+    assert rollout.load_versions_file(path) == [
+        rollout.Phase("0.32.0", "canary"),
+        rollout.Phase("0.32.0", "l4"),
+        rollout.Phase("0.33.0", "h200"),
+    ]
+
+
+def _result(status: str, rc: int | None, summary: dict, stats: dict | None) -> rollout.PhaseResult:
+    return rollout.PhaseResult(
+        phase=rollout.Phase("1.0.0"),
+        run_id="r",
+        status=status,
+        rc=rc,
+        artifact_dir=Path("."),
+        summary=summary,
+        blocked=rollout.blocked_hosts(summary),
+        failed=rollout.failed_hosts(stats),
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "rc", "summary", "stats", "expected"),
+    [
+        ("successful", 0, {"a": {"verdict": "PASS", "rolled_back": False}}, {}, 0),
+        # INCONCLUSIVE blocks like FAIL; the callback writes booleans as strings.
+        ("failed", 2, {"a": {"verdict": "INCONCLUSIVE", "rolled_back": "True"}}, {}, 1),
+        # A host that failed before any verdict (preflight, unreachable) stops it too.
+        ("failed", 4, {}, {"dark": {"b": 1}, "failures": {}}, 1),
+        ("failed", 2, {}, {"failures": {"c": 1}}, 1),
+        # ansible-playbook failed without any host failing (syntax, bad --limit).
+        ("failed", 1, {}, {}, 3),
+        ("timeout", 254, {}, {}, 3),
+    ],
+)
+def test_exit_status(status: str, rc: int, summary: dict, stats: dict, expected: int) -> None:
+    assert rollout.exit_status([_result(status, rc, summary, stats)]) == expected

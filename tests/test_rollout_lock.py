@@ -1,0 +1,87 @@
+"""The rollout lock: a real flock between real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benchgate.rollout import LockBusy, RolloutLock, describe_holder
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from benchgate.rollout import RolloutLock
+    lock = RolloutLock(sys.argv[1], ["benchgate", "rollout", "--versions-file", "v.yml"])
+    lock.acquire()
+    print("locked", flush=True)
+    sys.stdin.read()  # hold the lock until the test closes stdin
+    lock.release()
+    """
+)
+
+
+def _hold(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_second_process_is_refused_and_told_who_holds_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "rollout.lock"
+    holder = _hold(path)
+    try:
+        with pytest.raises(LockBusy) as busy:
+            RolloutLock(path).acquire()
+        assert busy.value.holder["pid"] == holder.pid
+        assert busy.value.holder["command"] == "benchgate rollout --versions-file v.yml"
+        assert busy.value.holder["user"]
+        assert busy.value.holder["host"]
+        assert busy.value.holder["started_at"].endswith("Z")
+        text = describe_holder(busy.value.holder)
+        assert f"pid {holder.pid}" in text and "--versions-file v.yml" in text
+        # The refused attempt must not have wiped the holder's record.
+        assert json.loads(path.read_text())["pid"] == holder.pid
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    # Released: the next rollout gets it and writes its own record.
+    lock = RolloutLock(path, ["second"])
+    record = lock.acquire()
+    try:
+        assert record["pid"] == os.getpid()
+        assert json.loads(path.read_text())["command"] == "second"
+    finally:
+        lock.release()
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.lock"
+    holder = _hold(path)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    # Its record is still in the file, but the kernel dropped its flock.
+    assert json.loads(path.read_text())["pid"] == holder.pid
+    with RolloutLock(path, ["after the crash"]):
+        assert json.loads(path.read_text())["command"] == "after the crash"
+
+
+def test_context_manager_releases(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.lock"
+    with RolloutLock(path, ["one"]), pytest.raises(LockBusy):
+        RolloutLock(path).acquire()
+    with RolloutLock(path, ["two"]):
+        pass
