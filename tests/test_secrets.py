@@ -93,7 +93,7 @@ def test_wait_ready_reads_the_key_from_the_env_file_not_argv(tmp_path):
     wr = load_wait_ready()
     assert wr.api_key_from(str(env_file)) == KEY + '"q'
     assert wr.api_key_from(str(tmp_path / "missing.env")) == ""
-    env_file.write_text("HF_TOKEN=\"hf_x\"\n")
+    env_file.write_text('HF_TOKEN="hf_x"\n')
     assert wr.api_key_from(str(env_file)) == ""
     verify = (REPO / "roles" / "vllm_service" / "tasks" / "verify.yml").read_text()
     assert "--env-file" in verify and "api_key" not in verify

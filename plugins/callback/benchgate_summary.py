@@ -52,17 +52,20 @@ def format_summary(summary: dict) -> list[str]:
         verdict = str(item.get("verdict", "?"))
         if item.get("rolled_back") in (True, "True", "true"):
             verdict += " (rolled back)"
-        rows.append((
-            host,
-            f"{item.get('from', '?')} -> {item.get('to', '?')}",
-            _tok(item.get("before_tok_s")),
-            _tok(item.get("after_tok_s")),
-            _change(item.get("before_tok_s"), item.get("after_tok_s")),
-            verdict,
-        ))
+        rows.append(
+            (
+                host,
+                f"{item.get('from', '?')} -> {item.get('to', '?')}",
+                _tok(item.get("before_tok_s")),
+                _tok(item.get("after_tok_s")),
+                _change(item.get("before_tok_s"), item.get("after_tok_s")),
+                verdict,
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
-             for row in rows]
+    lines = [
+        "  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
+    ]
     for host in sorted(summary):
         for reason in summary[host].get("reasons") or []:
             lines.append(f"  {host}: {reason}")

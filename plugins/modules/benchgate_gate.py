@@ -106,10 +106,12 @@ options:
     default: median
   fail_requires_bound:
     description:
-      - If true, FAIL needs the whole confidence interval beyond the limit rather than
-        the point estimate (fewer blocks on borderline changes, more INCONCLUSIVE).
+      - If true (the default), FAIL needs the whole one-sided confidence interval beyond
+        the limit; if false, a significant change whose point estimate is beyond the limit
+        fails. The default keeps false blocks of identical releases under 5 %
+        (docs/benchmarks.md); the cost is more INCONCLUSIVE verdicts, which add trials.
     type: bool
-    default: false
+    default: true
   ledger:
     description: Path of the SQLite ledger on the controller. Nothing is recorded when omitted.
     type: path
@@ -292,7 +294,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "choices": ["median", "mean", "p50", "p90", "p95", "p99"],
         "default": "median",
     },
-    "fail_requires_bound": {"type": "bool", "default": False},
+    "fail_requires_bound": {"type": "bool", "default": True},
     "ledger": {"type": "path"},
     "host": {"type": "str"},
     "release": {"type": "str"},

@@ -224,8 +224,10 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
     p.add_argument(
         "--fail-requires-bound",
-        action="store_true",
-        help="FAIL only when the whole confidence interval is beyond the limit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="FAIL only when the whole confidence interval is beyond the limit (default); "
+        "--no-fail-requires-bound: a significant point estimate beyond it suffices",
     )
     p.add_argument("--output", help="write the verdict JSON here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")

