@@ -63,6 +63,9 @@ Overall verdict
   slowdown users see, and whoever set a limit on it meant it), or is only
   reported when it is ``"warn"``. An INCONCLUSIVE non-critical metric is
   reported, never blocking.
+* An invalid trial on either side (errors beyond the workload's limit) turns
+  a PASS into INCONCLUSIVE: the valid trials alone cannot pass a server that
+  crashed or hung during the measurement.
 * FAIL beats INCONCLUSIVE beats PASS. INCONCLUSIVE is for the caller to
   resolve (default: block); :func:`needs_more_trials` says whether to measure
   again first.
@@ -89,7 +92,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -724,7 +727,32 @@ def judge_results(
                 invalid_candidate=c_invalid,
             )
         )
-    return combine(results, cfg)
+    verdict = combine(results, cfg)
+    return _invalid_trials_rule(verdict, (b_valid, b_invalid), (c_valid, c_invalid))
+
+
+def _invalid_trials_rule(
+    verdict: Verdict, baseline: tuple[int, int], candidate: tuple[int, int]
+) -> Verdict:
+    """An invalid trial never lets a gate pass.
+
+    A trial is invalid when its error rate exceeded the workload's limit (a
+    server that crashed, hung or refused requests). The metrics judge the valid
+    trials only, so a server that dies in its last trials could pass on the
+    trials before: with any invalid trial on either side, a PASS becomes
+    INCONCLUSIVE (which blocks by default), with the count as the first reason.
+    """
+    if verdict.verdict != PASS:
+        return verdict
+    reasons = [
+        f"{side}: {invalid} of {valid + invalid} trials invalid (errors beyond the "
+        "workload's max_error_rate), so the valid trials alone cannot pass it"
+        for side, (valid, invalid) in (("candidate", candidate), ("baseline", baseline))
+        if invalid
+    ]
+    if not reasons:
+        return verdict
+    return replace(verdict, verdict=INCONCLUSIVE, reasons=[*reasons, *verdict.reasons])
 
 
 def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
