@@ -1,4 +1,4 @@
-"""The rollout lock: a real flock between real processes."""
+"""The rollout lock: a real POSIX lock between real processes."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     holder = _hold(path)
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
-    # Its record is still in the file, but the kernel dropped its flock.
+    # Its record is still in the file, but the kernel dropped its lock.
     assert json.loads(path.read_text())["pid"] == holder.pid
     with RolloutLock(path, ["after the crash"]):
         assert json.loads(path.read_text())["command"] == "after the crash"
@@ -81,7 +81,11 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
 
 def test_context_manager_releases(tmp_path: Path) -> None:
     path = tmp_path / "rollout.lock"
-    with RolloutLock(path, ["one"]), pytest.raises(LockBusy):
-        RolloutLock(path).acquire()
-    with RolloutLock(path, ["two"]):
-        pass
+    with RolloutLock(path, ["one"]):
+        assert json.loads(path.read_text())["command"] == "one"
+    # Released on leaving the block: another process takes it at once.
+    holder = _hold(path)
+    assert holder.stdin is not None
+    holder.stdin.close()
+    holder.wait(timeout=30)
+    assert json.loads(path.read_text())["pid"] == holder.pid

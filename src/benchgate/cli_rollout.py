@@ -223,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
     except RolloutError as exc:
         print(f"benchgate rollout: {exc}", file=err)
         return rollout.EXIT_ERROR
-    lock = rollout.RolloutLock(args.lock_file or settings.artifacts_dir / "rollout.lock")
+    settings.lock_file = (args.lock_file or settings.artifacts_dir / "rollout.lock").resolve()
+    lock = rollout.RolloutLock(settings.lock_file)
     try:
         lock.acquire()
     except rollout.LockBusy as busy:

@@ -14,12 +14,15 @@ Every phase gets its own runner artifact folder
 ``<artifacts dir>/<run id>/``) and ``ledger.json`` (the ledger rows recorded
 while the phase ran).
 
-Two rollouts never overlap: :class:`RolloutLock` holds an exclusive ``flock``
-on a lock file for the whole rollout, and writes who holds it into the file.
+Two rollouts never overlap: :class:`RolloutLock` holds an exclusive POSIX
+record lock (``lockf``) on a lock file for the whole rollout, and writes who
+holds it into the file. Plain ``ansible-playbook`` runs take the same lock
+through the ``benchgate_lock`` callback.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import getpass
 import json
@@ -74,11 +77,14 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
 
 
 class RolloutLock:
-    """An exclusive, non-blocking ``flock`` on ``path`` for the life of the rollout.
+    """An exclusive, non-blocking ``lockf`` on ``path`` for the life of the rollout.
 
     The kernel drops the lock when the holder exits, however it exits, so a
     crashed rollout never leaves a stale lock behind; the file's content (who
-    held it last) is only read while the lock is held by someone else.
+    held it last) is only read while the lock is held by someone else. A POSIX
+    lock, not ``flock``: forked children (Ansible's workers) do not inherit it,
+    so a worker that outlives a killed controller cannot keep it. It belongs to
+    the process: a second acquire in the same process does not block.
     """
 
     def __init__(self, path: str | Path, command: Sequence[str] | None = None) -> None:
@@ -92,8 +98,11 @@ class RolloutLock:
         # "a+": opening must not truncate what the current holder wrote.
         handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):  # not "held by another process"
+                handle.close()
+                raise
             handle.seek(0)
             text = handle.read()
             handle.close()
@@ -118,7 +127,7 @@ class RolloutLock:
 
     def release(self) -> None:
         if self._handle is not None:
-            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            fcntl.lockf(self._handle.fileno(), fcntl.LOCK_UN)
             self._handle.close()
             self._handle = None
 
@@ -239,6 +248,9 @@ class Settings:
     phases: list[Phase] = field(default_factory=list)
     rotate_artifacts: int = 0
     show_ansible_output: bool = False
+    # The lock this rollout holds; told to the benchgate_lock callback of the
+    # ansible-playbook runs it starts (they go ahead under it).
+    lock_file: Path | None = None
 
 
 @dataclass
@@ -356,6 +368,8 @@ def run_phase(
         vllm_benchmark_artifacts_dir=str(settings.artifacts_dir),
     )
     envvars = {"BENCHGATE_SUMMARY_FILE": str(summary_file)}
+    if settings.lock_file is not None:
+        envvars["BENCHGATE_LOCK_FILE"] = str(settings.lock_file)
     callbacks = settings.project_dir / "plugins" / "callback"
     if callbacks.is_dir():
         # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS to its own folder, which

@@ -1,0 +1,111 @@
+# Copyright: benchgate contributors
+# Apache License 2.0 (see pyproject.toml)
+# Ansible reads DOCUMENTATION before the imports.
+# ruff: noqa: E402
+"""One rollout at a time, for plain ansible-playbook runs too.
+
+``benchgate rollout`` locks; this callback takes the same lock when a playbook
+that changes hosts (upgrade, rollback, deploy, speculative_ab) is started with
+``ansible-playbook`` directly, so a rollout from a shell never overlaps one
+from the scheduler.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: benchgate_lock
+type: aggregate
+short_description: Refuse a second rollout while one runs
+description:
+  - When a playbook that changes vLLM hosts starts (C(upgrade.yml), C(rollback.yml),
+    C(deploy.yml), C(speculative_ab.yml)), takes an exclusive lock on the rollout lock
+    file for the life of the ansible-playbook process, the same lock C(benchgate rollout)
+    takes. When another process holds it, prints who (pid, user, host, start time,
+    command) and exits with status 75 before any task runs.
+  - The kernel drops the lock when the process ends, however it ends, so a killed
+    controller leaves no stale lock; the re-run takes it again.
+  - A run started by C(benchgate rollout) (the holder is an ancestor of this process)
+    goes ahead under that rollout's lock.
+  - "The lock file is C(BENCHGATE_LOCK_FILE) when set (C(benchgate rollout) sets it for
+    the runs it starts), else C(artifacts/rollout.lock) in the repository that holds the
+    playbook: the default of C(benchgate rollout)."
+requirements:
+  - enable in ansible.cfg (callbacks_enabled = benchgate_lock)
+  - the benchgate package in the controller's Python
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from ansible.plugins.callback import CallbackBase
+
+LOCKED_PLAYBOOKS = frozenset({"upgrade.yml", "rollback.yml", "deploy.yml", "speculative_ab.yml"})
+EXIT_LOCKED = 75  # as `benchgate rollout`: EX_TEMPFAIL, try again later
+
+
+def ancestors(pid: int) -> set[int]:
+    """The pids above ``pid`` (its parent, the parent's parent, ...), from /proc."""
+    found: set[int] = set()
+    while pid > 1 and pid not in found:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        except OSError:
+            break
+        ppid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
+        if ppid:
+            found.add(ppid)
+        pid = ppid
+    if not found:  # no /proc: at least the parent
+        found.add(os.getppid())
+    return found
+
+
+def default_lock_file(playbook_path: str) -> Path:
+    env = os.environ.get("BENCHGATE_LOCK_FILE")
+    if env:
+        return Path(env)
+    return Path(playbook_path).resolve().parent.parent / "artifacts" / "rollout.lock"
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "benchgate_lock"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = None  # held for the life of this process; the kernel drops it at exit
+
+    def v2_playbook_on_start(self, playbook) -> None:  # type: ignore[no-untyped-def]
+        path = playbook._file_name
+        if os.path.basename(path) not in LOCKED_PLAYBOOKS or self._lock is not None:
+            return
+        try:
+            from benchgate.rollout import LockBusy, RolloutLock, describe_holder
+        except ImportError:
+            self._display.warning(
+                "benchgate_lock: the benchgate package is not importable in this Python, "
+                "so this run is not locked against another rollout; install it "
+                "(pip install -e '.[controller]')."
+            )
+            return
+        lock_file = default_lock_file(path)
+        lock = RolloutLock(lock_file, sys.argv)
+        try:
+            lock.acquire()
+        except LockBusy as busy:
+            if busy.holder.get("pid") in ancestors(os.getpid()):
+                return  # started by `benchgate rollout`, which holds the lock
+            self._display.error(
+                f"another rollout is running: {describe_holder(busy.holder)} (lock file {busy.path}); "
+                "this run changed nothing. Wait for it to finish, or stop it."
+            )
+            # SystemExit passes Ansible's callback error handling: nothing runs.
+            raise SystemExit(EXIT_LOCKED) from None
+        except OSError as exc:
+            self._display.error(f"benchgate_lock: cannot open the lock file {lock_file}: {exc}")
+            raise SystemExit(EXIT_LOCKED) from None
+        self._lock = lock
