@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or shutil.which(
-    "ansible-playbook"
-)
+ANSIBLE_PLAYBOOK = shutil.which(
+    "ansible-playbook", path=str(Path(sys.executable).parent)
+) or shutil.which("ansible-playbook")
 pytestmark = pytest.mark.skipif(ANSIBLE_PLAYBOOK is None, reason="ansible-playbook not installed")
 
 # Holds the lock, optionally runs a command under it, then waits for stdin to close.
@@ -41,7 +41,9 @@ HOLDER = textwrap.dedent(
 
 def _env(lock: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), BENCHGATE_LOCK_FILE=str(lock), ANSIBLE_NOCOLOR="1")
+    env.update(
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), BENCHGATE_LOCK_FILE=str(lock), ANSIBLE_NOCOLOR="1"
+    )
     return env
 
 
@@ -75,7 +77,9 @@ def test_a_second_rollout_is_refused_before_any_task(tmp_path: Path) -> None:
     lock = tmp_path / "rollout.lock"
     holder = _hold(lock)
     try:
-        done = subprocess.run(_playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT)
+        done = subprocess.run(
+            _playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
+        )
     finally:
         _release(holder)
     out = done.stdout + done.stderr
@@ -87,7 +91,9 @@ def test_a_second_rollout_is_refused_before_any_task(tmp_path: Path) -> None:
 
 def test_a_free_lock_is_taken_and_the_run_recorded(tmp_path: Path) -> None:
     lock = tmp_path / "rollout.lock"
-    done = subprocess.run(_playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT)
+    done = subprocess.run(
+        _playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     record = json.loads(lock.read_text())
     assert "rollback.yml" in record["command"]
@@ -112,7 +118,9 @@ def test_playbooks_that_change_nothing_are_not_locked(tmp_path: Path) -> None:
     lock = tmp_path / "rollout.lock"
     holder = _hold(lock)
     try:
-        done = subprocess.run(_playbook("benchmark.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT)
+        done = subprocess.run(
+            _playbook("benchmark.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
+        )
     finally:
         _release(holder)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -53,7 +53,9 @@ def ancestors(pid: int) -> set[int]:
             status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
         except OSError:
             break
-        ppid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0)
+        ppid = next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0
+        )
         if ppid:
             found.add(ppid)
         pid = ppid
@@ -100,8 +102,9 @@ class CallbackModule(CallbackBase):
             if busy.holder.get("pid") in ancestors(os.getpid()):
                 return  # started by `benchgate rollout`, which holds the lock
             self._display.error(
-                f"another rollout is running: {describe_holder(busy.holder)} (lock file {busy.path}); "
-                "this run changed nothing. Wait for it to finish, or stop it."
+                f"another rollout is running: {describe_holder(busy.holder)} "
+                f"(lock file {busy.path}); this run changed nothing. "
+                "Wait for it to finish, or stop it."
             )
             # SystemExit passes Ansible's callback error handling: nothing runs.
             raise SystemExit(EXIT_LOCKED) from None

@@ -171,12 +171,12 @@ class Progress:
         self.console.print(text, highlight=False)
 
 
-
 def _tok_s(value: object) -> str:
     """Tokens/s for the table: one decimal, "-" when not measured."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:.1f}"
     return "-" if value in (None, "") else str(value)
+
 
 def _print_phase(console: Any, result: PhaseResult) -> None:
     from rich.markup import escape
