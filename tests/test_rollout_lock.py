@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchgate.rollout import LockBusy, RolloutLock, describe_holder
+from benchgate.rollout import LockBusy, RolloutLock, describe_holder, redact_extra_vars
 
 HOLDER = textwrap.dedent(
     """
@@ -89,3 +89,25 @@ def test_context_manager_releases(tmp_path: Path) -> None:
     holder.stdin.close()
     holder.wait(timeout=30)
     assert json.loads(path.read_text())["pid"] == holder.pid
+
+
+def test_extra_vars_are_not_written_into_the_lock_file(tmp_path: Path) -> None:
+    argv = [
+        "ansible-playbook",
+        "-e",
+        "api_key=s3cret",
+        "--extra-vars=tok=s3cret",
+        "-etok=s3cret",
+        "up.yml",
+    ]
+    assert redact_extra_vars(argv) == [
+        "ansible-playbook",
+        "-e",
+        "<hidden>",
+        "--extra-vars=<hidden>",
+        "-e<hidden>",
+        "up.yml",
+    ]
+    path = tmp_path / "rollout.lock"
+    with RolloutLock(path, argv):
+        assert "s3cret" not in path.read_text()

@@ -76,6 +76,27 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
     return text
 
 
+def redact_extra_vars(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the values of ``-e``/``--extra-vars``, which may hold
+    secrets: the lock file is readable by everyone who may take the lock."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<hidden>")
+            hide_next = False
+        elif arg in ("-e", "--extra-vars"):
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--extra-vars="):
+            out.append("--extra-vars=<hidden>")
+        elif arg.startswith("-e") and not arg.startswith("--"):
+            out.append("-e<hidden>")
+        else:
+            out.append(arg)
+    return out
+
+
 class RolloutLock:
     """An exclusive, non-blocking ``lockf`` on ``path`` for the life of the rollout.
 
@@ -89,7 +110,7 @@ class RolloutLock:
 
     def __init__(self, path: str | Path, command: Sequence[str] | None = None) -> None:
         self.path = Path(path)
-        self.command = " ".join(command if command is not None else sys.argv)
+        self.command = " ".join(redact_extra_vars(command if command is not None else sys.argv))
         self._handle: TextIO | None = None
 
     def acquire(self) -> dict[str, Any]:
