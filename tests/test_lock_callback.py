@@ -73,28 +73,35 @@ def _release(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=60)
 
 
-def test_a_second_rollout_is_refused_before_any_task(tmp_path: Path) -> None:
-    lock = tmp_path / "rollout.lock"
+def _run(lock: Path, playbook: str) -> tuple[int, str]:
+    done = subprocess.run(
+        _playbook(playbook), capture_output=True, text=True, env=_env(lock), cwd=ROOT
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _run_while_held(lock: Path, playbook: str) -> tuple[int, int, str]:
+    """(holder's pid, rc, output) of ``playbook`` run while another process holds the lock."""
     holder = _hold(lock)
     try:
-        done = subprocess.run(
-            _playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
-        )
+        rc, out = _run(lock, playbook)
     finally:
         _release(holder)
-    out = done.stdout + done.stderr
-    assert done.returncode == 75, out
-    assert f"another rollout is running: pid {holder.pid}" in out
+    return holder.pid, rc, out
+
+
+def test_a_second_rollout_is_refused_before_any_task(tmp_path: Path) -> None:
+    holder_pid, rc, out = _run_while_held(tmp_path / "rollout.lock", "rollback.yml")
+    assert rc == 75, out
+    assert f"another rollout is running: pid {holder_pid}" in out
     assert "benchgate rollout --versions-file v.yml" in out
     assert "PLAY [" not in out  # refused before the first play
 
 
 def test_a_free_lock_is_taken_and_the_run_recorded(tmp_path: Path) -> None:
     lock = tmp_path / "rollout.lock"
-    done = subprocess.run(
-        _playbook("rollback.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    rc, out = _run(lock, "rollback.yml")
+    assert rc == 0, out
     record = json.loads(lock.read_text())
     assert "rollback.yml" in record["command"]
     assert record["pid"] != os.getpid()
@@ -115,13 +122,6 @@ def test_a_run_started_by_the_holder_goes_ahead(tmp_path: Path) -> None:
 
 
 def test_playbooks_that_change_nothing_are_not_locked(tmp_path: Path) -> None:
-    lock = tmp_path / "rollout.lock"
-    holder = _hold(lock)
-    try:
-        done = subprocess.run(
-            _playbook("benchmark.yml"), capture_output=True, text=True, env=_env(lock), cwd=ROOT
-        )
-    finally:
-        _release(holder)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "another rollout is running" not in done.stdout + done.stderr
+    _, rc, out = _run_while_held(tmp_path / "rollout.lock", "benchmark.yml")
+    assert rc == 0, out
+    assert "another rollout is running" not in out
