@@ -10,18 +10,25 @@ scripts/bootstrap.sh || { echo "bootstrap failed" >&2; exit 1; }
 source .venv/bin/activate
 export BENCHGATE_ROOT=$PWD
 failures=0
+failed_parts=()
+# run NAME CMD...: run one part, remember its name when it fails.
+run() {
+  local name=$1; shift
+  "$@" || { failures=$((failures + 1)); failed_parts+=("$name"); }
+}
 
 printf '\n=== Lint\n'
-ruff check src plugins tests benchmarks scripts || failures=$((failures + 1))
-mypy || failures=$((failures + 1))
-yamllint --strict . || failures=$((failures + 1))
-ansible-lint --profile production || failures=$((failures + 1))
+run ruff ruff check src plugins tests benchmarks scripts
+run mypy mypy
+run yamllint yamllint --strict .
+run ansible-lint ansible-lint --profile production
 
 printf '\n=== pytest\n'
-pytest -q
-rc=$?
-# 5 = nothing collected: a suite that runs no test is a failure here.
-if [ $rc -ne 0 ]; then failures=$((failures + 1)); fi
+# Any non-zero exit fails, 5 (nothing collected) included: a suite that
+# runs no test is a failure here.
+pytest_log=$(mktemp)
+pytest -q 2>&1 | tee "$pytest_log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { failures=$((failures + 1)); failed_parts+=(pytest); }
 
 printf '\n=== molecule\n'
 passed=0
@@ -32,12 +39,13 @@ for scenario in ${BENCHGATE_SCENARIOS:-$(ls molecule)}; do
   if molecule test -s "$scenario"; then
     passed=$((passed + 1)); echo "molecule scenario ${scenario}: passed in $(( $(date +%s) - start ))s"
   else
-    failed=$((failed + 1)); echo "molecule scenario ${scenario}: FAILED after $(( $(date +%s) - start ))s"
+    failed=$((failed + 1)); failures=$((failures + 1)); failed_parts+=("molecule:${scenario}")
+    echo "molecule scenario ${scenario}: FAILED after $(( $(date +%s) - start ))s"
   fi
 done
-[ $failed -eq 0 ] || failures=$((failures + 1))
 
 printf '\n'
-[ $failures -eq 0 ] || echo "lint or pytest failures: see above"
+echo "pytest: $(tail -n 1 "$pytest_log")"
+[ $failures -eq 0 ] || echo "failed: ${failed_parts[*]} (see above)"
 echo "molecule: ${passed} passed, ${failed} failed"
 [ $failures -eq 0 ]
