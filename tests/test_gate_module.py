@@ -239,3 +239,25 @@ def test_documented_options_match_argument_spec() -> None:
     assert doc["attributes"]["check_mode"]["support"] == "full"
     yaml.safe_load(gate_module.EXAMPLES)
     yaml.safe_load(gate_module.RETURN)
+
+
+def test_a_list_of_baselines_is_judged_as_one_a_b_a_run() -> None:
+    # The machine slows down steadily: A before = 1.0, B = 0.9, A after = 0.8.
+    # Judged against the first baseline alone, B looks 10% slower: a false
+    # FAIL. A-B-A puts the drift on both sides: no change is estimated, and the
+    # spread the drift adds to the baseline keeps the verdict from PASS.
+    before, candidate = make_result(1.0, seed=1), make_result(0.9, seed=2)
+    after = make_result(0.8, seed=3)
+    naive = run_module({"baseline": before, "candidate": candidate})
+    assert naive["verdict"] == "FAIL"
+    aba = run_module({"baseline": [before, after], "candidate": candidate})
+    assert aba["verdict"] == "INCONCLUSIVE", aba["reasons"]
+    tput = next(m for m in aba["metrics"] if m["metric"] == "output_tokens_per_s")
+    assert tput["n_baseline"] == 10
+    assert abs(tput["regression_pct"]) < 3.0
+
+
+def test_an_empty_list_of_results_is_a_clear_failure() -> None:
+    out = run_module({"baseline": [], "candidate": make_result(1.0)})
+    assert out["_failed"]
+    assert "baseline: an empty list of results" in out["msg"]

@@ -45,6 +45,8 @@ options:
     description:
       - Baseline result, as a dict (for example a registered result of the benchmark
         module) or the path of a result JSON file on the controller.
+      - A list of results (for example the two baseline measurements of an A-B-A-B
+        interleaved run) is merged into one result, as for O(candidate).
     type: raw
     required: true
   candidate:
@@ -323,17 +325,25 @@ def load_result(value: Any, name: str) -> dict[str, Any]:
     raise ValueError(f"{name} must be a result dict or the path of a result JSON file")
 
 
+def load_results(value: Any, name: str) -> dict[str, Any]:
+    """One result, or a list of them merged into one (all their trials are judged).
+
+    Lists come from more trials measured after an INCONCLUSIVE verdict, and from
+    the second measurement of each side in an A-B-A-B run.
+    """
+    if isinstance(value, list):
+        if not value:
+            raise ValueError(f"{name}: an empty list of results")
+        return bg_stats.merge_results(
+            [load_result(item, f"{name}[{i}]") for i, item in enumerate(value)]
+        )
+    return load_result(value, name)
+
+
 def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     """Judge (and record unless ``check_mode``); return the module's result."""
-    baseline = load_result(params["baseline"], "baseline")
-    given = params["candidate"]
-    if isinstance(given, list):
-        # More trials measured after an INCONCLUSIVE verdict: judge them all.
-        candidate = bg_stats.merge_results(
-            [load_result(item, f"candidate[{i}]") for i, item in enumerate(given)]
-        )
-    else:
-        candidate = load_result(given, "candidate")
+    baseline = load_results(params["baseline"], "baseline")
+    candidate = load_results(params["candidate"], "candidate")
     thresholds = {str(k): float(v) for k, v in (params["thresholds"] or {}).items()}
     specs = bg_stats.make_specs(
         metrics=params["metrics"],
