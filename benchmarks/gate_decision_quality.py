@@ -287,31 +287,39 @@ class Plan:
     extra: int  # candidate trials added per extra round (benchgate_extra_trials)
     rounds: int  # extra rounds while INCONCLUSIVE (the playbook: 1)
     config: stats.GateConfig
+    aba: bool = False  # benchgate_interleave: the baseline measured again after the candidate
 
     @property
     def label(self) -> str:
         rounds = f" ×{self.rounds}" if self.rounds != 1 else ""
         extra = f", +{self.extra}{rounds} cand." if self.extra and self.rounds else ""
         fail = "bound" if self.config.fail_requires_bound else "estimate"
-        return f"gate {self.trials}+{self.trials}{extra}, FAIL on {fail}"
+        sides = (
+            f"{self.trials}+{self.trials}+{self.trials} A-B-A"
+            if self.aba
+            else (f"{self.trials}+{self.trials}")
+        )
+        return f"gate {sides}{extra}, FAIL on {fail}"
 
 
-SCHEDULE = re.compile(r"^(\d+)\+(\d+)(?:x(\d+))?(?::(bound|point))?$")
+SCHEDULE = re.compile(r"^(\d+)\+(\d+)(?:x(\d+))?(?::(bound|point))?(:aba)?$")
 
 
 def parse_plan(text: str, alpha: float) -> Plan:
     """``16+16`` (16 trials per side, then +16 candidate trials once while
     INCONCLUSIVE), ``8+8x2`` (up to two extra rounds), ``:point`` (FAIL on the
-    point estimate, ``fail_requires_bound=False``) or ``:bound`` (the default)."""
+    point estimate, ``fail_requires_bound=False``) or ``:bound`` (the default),
+    ``:aba`` (A-B-A: the baseline measured again after the candidate, both
+    baselines judged together, as with ``benchgate_interleave``)."""
     m = SCHEDULE.match(text.strip())
     if not m:
-        raise ValueError(f"schedule {text!r}: expected TRIALS+EXTRA[xROUNDS][:bound|:point]")
+        raise ValueError(f"schedule {text!r}: expected TRIALS+EXTRA[xROUNDS][:bound|:point][:aba]")
     trials, extra = int(m.group(1)), int(m.group(2))
     rounds = int(m.group(3)) if m.group(3) else 1
     if trials < 3:
         raise ValueError(f"schedule {text!r}: at least 3 trials per side (the gate's minimum)")
     config = stats.GateConfig(alpha=alpha, fail_requires_bound=m.group(4) != "point")
-    return Plan(trials, extra, rounds, config)
+    return Plan(trials, extra, rounds, config, aba=bool(m.group(5)))
 
 
 @dataclass(frozen=True)
@@ -322,6 +330,7 @@ class Setup:
     by_trial: bool
     limit: float
     metrics: tuple[str, ...]
+    drift: float = 0.0  # slow-down per measurement run, growing steadily over the rollout
 
 
 def _samples(trials: Sequence[dict[str, float]], metric: str) -> list[float]:
@@ -341,8 +350,21 @@ def run_scenario(
     specs = stats.make_specs(list(setup.metrics), setup.limit)
     naive, scheduled = Tally(), Tally()
 
-    def trial(slow: float) -> dict[str, float]:
-        return make_trial(pool, rng, setup.noise, slow, setup.by_trial)
+    def run(slow: float, phase: int) -> list[dict[str, float]]:
+        """One measurement run of ``plan.trials`` trials, the ``phase``-th of the rollout.
+
+        With drift, the machine gets steadily slower: trial i of run p is
+        measured at time p + i / n runs, ``drift`` slower per run.
+        """
+        n = plan.trials
+        return [
+            make_trial(
+                pool, rng, setup.noise,
+                1.0 - (1.0 - slow) * (1.0 - setup.drift * (phase + i / n)),
+                setup.by_trial,
+            )
+            for i in range(n)
+        ]  # fmt: skip
 
     def judge(base: list[dict[str, float]], cand: list[dict[str, float]]) -> stats.Verdict:
         return stats.judge(
@@ -353,9 +375,13 @@ def run_scenario(
         )
 
     for _ in range(comparisons):
-        # The playbook measures the baseline first, then the candidate.
-        base = [trial(0.0) for _ in range(plan.trials)]
-        cand = [trial(slowdown) for _ in range(plan.trials)]
+        # The playbook measures the baseline first, then the candidate; with
+        # A-B-A the baseline again, and any extra candidate trials after that.
+        base = run(0.0, 0)
+        cand = run(slowdown, 1)
+        if plan.aba:
+            base += run(0.0, 2)
+        next_phase = 3 if plan.aba else 2
         # The naive rule sees one run each: the first trial of each side.
         naive.add(
             stats.naive_verdict(
@@ -371,7 +397,8 @@ def run_scenario(
         for _round in range(plan.rounds if plan.extra else 0):
             if verdict.verdict != stats.INCONCLUSIVE:
                 break
-            cand += [trial(slowdown) for _ in range(plan.extra)]
+            cand += run(slowdown, next_phase)[: plan.extra]
+            next_phase += 1
             verdict = judge(base, cand)
         latency_only = verdict.verdict == stats.FAIL and all(
             m.verdict != stats.FAIL for m in verdict.metrics if m.critical
@@ -391,7 +418,7 @@ def report(args: argparse.Namespace, pool: Pool, command: str) -> str:
         args.trial_noise if args.trial_noise is not None else (0.03 if synthetic else 0.0),
         args.hiccup_rate if args.hiccup_rate is not None else (0.1 if synthetic else 0.0),
     )
-    setup = Setup(noise, by_trial, args.limit, tuple(args.metrics.split(",")))
+    setup = Setup(noise, by_trial, args.limit, tuple(args.metrics.split(",")), args.drift / 100.0)
     plans = [parse_plan(s, args.alpha) for s in args.schedule or DEFAULT_SCHEDULES]
     scenarios = (
         ("A/A: identical", 0.0, "false block"),
@@ -421,6 +448,15 @@ def report(args: argparse.Namespace, pool: Pool, command: str) -> str:
         f"- Request pool: {pool.source}; {how}.",
         f"- {host}; {args.comparisons} comparisons per scenario; seed {args.seed}; "
         f"limit {args.limit:g}%.",
+        *(
+            [
+                f"- Drift: the machine gets {args.drift:g}% slower per measurement run, "
+                "steadily (trial by trial), over the whole rollout: baseline run, "
+                "candidate run, (A-B-A: baseline again), extra candidate trials."
+            ]
+            if args.drift
+            else []
+        ),
         f"- naive: one run each, block when output tok/s is >= {args.limit:g}% lower.",
         f"- gate: `benchgate.stats.judge` on {', '.join(setup.metrics)} as `benchgate_gate` "
         "judges them (output_tokens_per_s critical, a latency FAIL blocks too), "
@@ -504,7 +540,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--schedule",
         action="append",
-        help="TRIALS+EXTRA[xROUNDS][:bound|:point], repeatable "
+        help="TRIALS+EXTRA[xROUNDS][:bound|:point][:aba], repeatable "
         f"(default: {' and '.join(DEFAULT_SCHEDULES)})",
     )
     p.add_argument(
@@ -522,6 +558,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--hiccup-rate", type=float, help="share of slowed trials (synthetic: 0.1, --from: 0)"
+    )
+    p.add_argument(
+        "--drift", type=float, default=0.0, help="percent slower per measurement run (default 0)"
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--write-docs", type=Path, help="replace/append the tables in this file")

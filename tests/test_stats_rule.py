@@ -150,3 +150,16 @@ def test_script_runs_on_the_recorded_pool(
     assert "gate 16+16, +16 cand., FAIL on bound" in table
     row = next(line for line in table.splitlines() if line.startswith("| 15% slower"))
     assert row.split("|")[4].strip().startswith("**100.0%**")  # the gate's column
+
+
+def test_a_b_a_cancels_a_steady_drift(gdq: ModuleType) -> None:
+    # Identical releases on a machine 6% slower per measurement run: A-B
+    # blocks nearly all of them, A-B-A (benchgate_interleave) few.
+    pool = gdq.pool_from_results([REAL_POOL], None)
+    setup = gdq.Setup(gdq.Noise(0.0, 0.0), False, 5.0, tuple(stats.DEFAULT_METRICS), 0.06)
+    ab, aba = gdq.parse_plan("16+16", 0.05), gdq.parse_plan("16+16:aba", 0.05)
+    assert aba.aba and aba.label == "gate 16+16+16 A-B-A, +16 cand., FAIL on bound"
+    _, ab_tally = gdq.run_scenario(pool, 0.0, 40, ab, setup, seed=0)
+    _, aba_tally = gdq.run_scenario(pool, 0.0, 40, aba, setup, seed=0)
+    assert ab_tally.blocked >= 32, ab_tally
+    assert aba_tally.blocked <= 16, aba_tally
