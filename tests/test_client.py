@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
+import time
+import types
 
 import pytest
 
+import benchgate.client as client_mod
 from benchgate.bench import BenchmarkError, run_benchmark_async
 from benchgate.client import (
     ERROR_CONNECT,
@@ -88,6 +92,43 @@ async def test_ttft_reads_the_servers_first_token_within_1ms():
     assert 0.0 <= lag <= 1.0, lag
     assert statistics.median(measured) >= 50.0
     assert statistics.median(truth) >= 50.0
+
+
+async def test_ttft_counts_from_the_send_not_from_building_the_request(monkeypatch):
+    """Time the client spends before the request reaches the socket is not TTFT.
+
+    Building the body is made 40 ms slow: the request is sent 40 ms after
+    send_request starts, the TTFT still reads the server's 50 ms (vLLM's
+    benchmark would read 90 ms).
+    """
+
+    def slow_dumps(obj, **kw):
+        time.sleep(0.040)
+        return json.dumps(obj, **kw)
+
+    # Only the client's json: the fake server (same event loop) builds its
+    # events with the real one.
+    slow_json = types.SimpleNamespace(**{**vars(json), "dumps": slow_dumps})
+
+    wl = workload(output_len=4)
+    async with FakeServer(FakeConfig(ttft_s=0.05, itl_s=0.01)) as srv:
+        url = f"{srv.base_url}/v1/completions"
+        payload = build_payload(wl, "fake", Prompt("a b c", 3))
+        async with make_client(1, 10.0) as client:
+            await send_request(client, url, payload, {}, timeout_s=10.0)
+            monkeypatch.setattr(client_mod, "json", slow_json)
+            records = []
+            for _ in range(8):
+                t0 = asyncio.get_running_loop().time()
+                rec = await send_request(client, url, payload, {}, timeout_s=10.0)
+                took = asyncio.get_running_loop().time() - t0
+                assert rec.ok, rec.detail
+                records.append((rec, took))
+            monkeypatch.undo()
+    ttft = statistics.median(r.ttft_s * 1000.0 for r, _ in records)
+    took = statistics.median(t * 1000.0 for _, t in records)
+    assert 50.0 <= ttft < 60.0, ttft
+    assert took >= ttft + 40.0, (took, ttft)
 
 
 async def test_chat_endpoint_and_api_key():

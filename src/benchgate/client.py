@@ -6,7 +6,10 @@ between streamed chunks, end-to-end latency, token counts from the final usage
 chunk, or the reason it failed.  Timing follows vLLM's
 ``vllm/benchmarks/serve.py``: TTFT is the first chunk that carries a choice,
 each later chunk adds one inter-token latency, and the end-to-end latency ends
-at the last such chunk.
+at the last such chunk.  One difference: TTFT and end-to-end latency count
+from the moment the request goes to the socket (an aiohttp trace hook), not
+from before the client built it, so that the client's own queueing at high
+concurrency is not read as the server's latency.
 
 Target-side code: keep it Python 3.9 compatible.
 """
@@ -17,6 +20,7 @@ import asyncio
 import json
 import random
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
@@ -46,7 +50,9 @@ def http_error(status: int) -> str:
 class RequestRecord:
     index: int
     start_s: float  # seconds since the start of the trial
-    sent_at: float = 0.0  # time.perf_counter() when the request was sent (not in results)
+    # time.perf_counter() just before the request's body went to the socket
+    # (before building it, until then): TTFT and e2el count from here.  Not in results.
+    sent_at: float = 0.0
     ttft_s: float | None = None
     e2el_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
@@ -284,20 +290,22 @@ async def _stream_into(
     payload: dict[str, Any],
     headers: dict[str, str],
     rec: RequestRecord,
-    st: float,
 ) -> None:
     got_response = False
     body = json.dumps(payload).encode()
     hdrs = {"Content-Type": "application/json"}
     hdrs.update(headers)
     try:
-        async with client.post(url, data=body, headers=hdrs) as resp:
+        # _on_body_sent sets rec.sent_at as the body goes to the socket.
+        async with client.post(
+            url, data=body, headers=hdrs, trace_request_ctx={"record": rec}
+        ) as resp:
             got_response = True
             if resp.status != 200:
                 text = await resp.read()
                 rec.fail(http_error(resp.status), text.decode("utf-8", "replace"))
                 return
-            parser = _Stream(rec, st, "messages" in payload)
+            parser = _Stream(rec, rec.sent_at, "messages" in payload)
             content = resp.content
             clock = time.perf_counter
             # Read to the end of the body (not just to [DONE]): a fully read
@@ -342,7 +350,7 @@ async def send_request(
     """Send one streaming request; never raises for network or protocol errors."""
     st = time.perf_counter()
     rec = RequestRecord(index=index, start_s=st - (t0 if t0 is not None else st), sent_at=st)
-    coro = _stream_into(client, url, payload, headers, rec, st)
+    coro = _stream_into(client, url, payload, headers, rec)
     try:
         if timeout_s is None:
             await coro
@@ -353,6 +361,24 @@ async def send_request(
     if not rec.ok:
         rec.e2el_s = None
     return rec
+
+
+async def _on_body_sent(
+    session: aiohttp.ClientSession,
+    ctx: types.SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    """aiohttp calls this just before it hands a body chunk to the socket.
+
+    TTFT and end-to-end latency count from here, not from before the
+    request was built: what the client spends building the request and
+    waiting for its event loop (at high concurrency, the other requests sent
+    in the same step) is the client's time, not the server's.  (vLLM's
+    benchmark counts it.)  The body is one chunk; the last one counts.
+    """
+    record = (ctx.trace_request_ctx or {}).get("record")
+    if record is not None:
+        record.sent_at = time.perf_counter()
 
 
 def make_client(
@@ -366,6 +392,8 @@ def make_client(
     request.
     """
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    sent = aiohttp.TraceConfig()
+    sent.on_request_chunk_sent.append(_on_body_sent)
     timeout = aiohttp.ClientTimeout(
         total=None,
         connect=None,
@@ -379,6 +407,7 @@ def make_client(
         headers={"Accept-Encoding": "identity"},
         auto_decompress=False,
         trust_env=False,
+        trace_configs=[sent],
     )
 
 
