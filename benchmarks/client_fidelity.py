@@ -124,7 +124,15 @@ def main() -> None:
     )
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=4)
+    p.add_argument(
+        "--client-cpus",
+        help="run both clients on these CPUs only (e.g. 1, with the server started under "
+        "`taskset -c 0`): the clients then do not take CPU time from the server",
+    )
     args = p.parse_args()
+    if args.client_cpus:
+        # vllm bench serve, a subprocess, inherits the affinity.
+        os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
 
     bg: list[dict[str, float]] = []
     bg_extra: list[dict[str, float]] = []
@@ -142,9 +150,11 @@ def main() -> None:
             print(f"run {i + 1} vllm bench  {vb[-1]['output_tokens_per_s']:7.1f} tok/s "
                   f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
 
-    print(f"\nClient fidelity: {args.runs} alternating runs each, {args.num_prompts} requests, "
-          f"concurrency {args.concurrency}, {args.input_len} in / {args.output_len} out tokens, "
-          f"server {args.base_url}\n")  # fmt: skip
+    print(
+        f"\nClient fidelity: {args.runs} alternating runs each, {args.num_prompts} requests, "
+        f"concurrency {args.concurrency}, {args.input_len} in / {args.output_len} out tokens, "
+        f"server {args.base_url}, clients on CPUs {sorted(os.sched_getaffinity(0))}\n"
+    )
     print("| figure | benchgate (median) | vllm bench serve (median) | difference |")
     print("|---|---:|---:|---:|")
     for label, key, _ in FIGURES:
