@@ -7,9 +7,10 @@ benchgate's full benchmark path (`run_benchmark`) at a few concurrencies.
 Prints the medians the client measured, their error against the injected
 values, and whether each is within the tolerance (±1 ms).
 
-The TTFT error includes what a request costs on loopback before the server's
-handler starts its clock (connect or pool, sending, parsing the request), so
-it is an upper bound of the client's own error; the last column sets the
+The client's TTFT clock starts as the request goes to the socket, so the TTFT
+error includes what the request costs from there until the server's handler
+starts its clock (loopback, the server parsing the request) and the fake
+server's own lateness: an upper bound of the client's own error; the last column sets the
 client's mean TTFT beside the server's own (its handler start to its first
 write, from its ``/metrics``): the gap is the request's way in plus the
 first chunk's way out.  Prints figures; it is not a
