@@ -75,7 +75,41 @@ def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
     return figures, extra
 
 
-def run_vllm_bench(args: argparse.Namespace, out_dir: Path, i: int) -> dict[str, float]:
+class Driver:
+    """benchmarks/vllm_bench_driver.py in the vLLM venv: `vllm bench serve` runs, one import."""
+
+    def __init__(self, python: str) -> None:
+        driver = Path(__file__).with_name("vllm_bench_driver.py")
+        self.proc = subprocess.Popen(
+            [python, str(driver)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
+
+    def run(self, argv: list[str]) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        tail: list[str] = []
+        for line in self.proc.stdout:
+            if line.startswith("driver: done"):
+                return
+            if line.startswith("driver: error"):
+                raise SystemExit(f"vllm bench serve failed: {line.strip()}\n{''.join(tail)}")
+            tail = (tail + [line])[-40:]
+        raise SystemExit(f"the vllm bench driver exited\n{''.join(tail)}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def run_vllm_bench(
+    args: argparse.Namespace, out_dir: Path, i: int, driver: Driver | None = None
+) -> dict[str, float]:
     name = f"vllm-bench-{i}.json"
     cmd = [
         args.vllm, "bench", "serve", "--backend", "vllm", "--base-url", args.base_url,
@@ -89,10 +123,15 @@ def run_vllm_bench(args: argparse.Namespace, out_dir: Path, i: int) -> dict[str,
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     before = server_snapshot(args.base_url)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if driver is not None:
+        driver.run(cmd[3:])
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            )
     after = server_snapshot(args.base_url)
-    if proc.returncode != 0:
-        raise SystemExit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     data = json.loads((out_dir / name).read_text())
     # The server's own TTFT histogram over the run (warm-ups included).
     server = diff(before, after)
@@ -100,6 +139,33 @@ def run_vllm_bench(args: argparse.Namespace, out_dir: Path, i: int) -> dict[str,
         "prompt_tokens_mean": data["total_input_tokens"] / data["completed"],
         "server_ttft_mean_ms": server.ttft_mean_ms or float("nan"),
     }
+
+
+def print_shift(bg: list[float], vb: list[float]) -> None:
+    """benchgate's output tok/s over vllm bench's, with 90% intervals.
+
+    Unpaired: the Hodges-Lehmann shift and its bounds (the gate's estimator).
+    Paired: run i of benchgate against run i of vllm bench (run back to back,
+    so slow drift of the machine cancels), the median ratio with a bootstrap
+    interval.
+    """
+    import math
+
+    from scipy.stats import bootstrap
+
+    from benchgate.stats import hodges_lehmann
+
+    hl = hodges_lehmann(vb, bg, alpha=0.05)
+    print(f"output tok/s, benchgate vs vllm bench: Hodges-Lehmann shift {100 * hl.change:+.1f}% "
+          f"(90% bounds {100 * hl.change_lo:+.1f}…{100 * hl.change_hi:+.1f}%)", end="")  # fmt: skip
+    ratios = [math.log(a / b) for a, b in zip(bg, vb)]
+    if len(ratios) >= 3:
+        ci = bootstrap((ratios,), statistics.median, confidence_level=0.90, random_state=0)
+        lo, hi = (100 * math.expm1(v) for v in ci.confidence_interval)
+        mid = 100 * math.expm1(statistics.median(ratios))
+        print(f"; paired median ratio {mid:+.1f}% (90% bootstrap {lo:+.1f}…{hi:+.1f}%)")
+    else:
+        print()
 
 
 def server_snapshot(base_url: str) -> Snapshot:
@@ -129,6 +195,11 @@ def main() -> None:
         help="run both clients on these CPUs only (e.g. 1, with the server started under "
         "`taskset -c 0`): the clients then do not take CPU time from the server",
     )
+    p.add_argument(
+        "--vllm-python",
+        help="the Python of the vLLM venv: run vllm bench serve in one process "
+        "(benchmarks/vllm_bench_driver.py) instead of starting it for every run",
+    )
     args = p.parse_args()
     if args.client_cpus:
         # vllm bench serve, a subprocess, inherits the affinity.
@@ -137,6 +208,7 @@ def main() -> None:
     bg: list[dict[str, float]] = []
     bg_extra: list[dict[str, float]] = []
     vb: list[dict[str, float]] = []
+    driver = Driver(args.vllm_python) if args.vllm_python else None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             t = time.monotonic()
@@ -146,9 +218,11 @@ def main() -> None:
             print(f"run {i + 1} benchgate   {figures['output_tokens_per_s']:7.1f} tok/s "
                   f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
             t = time.monotonic()
-            vb.append(run_vllm_bench(args, Path(tmp), i))
+            vb.append(run_vllm_bench(args, Path(tmp), i, driver))
             print(f"run {i + 1} vllm bench  {vb[-1]['output_tokens_per_s']:7.1f} tok/s "
                   f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
+    if driver is not None:
+        driver.close()
 
     print(
         f"\nClient fidelity: {args.runs} alternating runs each, {args.num_prompts} requests, "
@@ -173,6 +247,7 @@ def main() -> None:
     print("\nPer run (output tok/s): benchgate "
           + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in bg)
           + "; vllm bench " + ", ".join(f"{r['output_tokens_per_s']:.1f}" for r in vb))  # fmt: skip
+    print_shift([r["output_tokens_per_s"] for r in bg], [r["output_tokens_per_s"] for r in vb])
     agree = [r["agreement_pct"] for r in bg_extra if r["agreement_pct"] is not None]
     tokens = [r["tokens_diff_pct"] for r in bg_extra if r["tokens_diff_pct"] is not None]
     if agree:
