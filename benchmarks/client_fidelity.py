@@ -1,7 +1,9 @@
 """Client fidelity: benchgate vs `vllm bench serve` against the same real vLLM server.
 
-Alternates runs of the two clients (same shape: fixed input/output lengths,
-ignore_eos, closed loop at a fixed concurrency), takes the median of each
+Runs the two clients in pairs, alternating which goes first (same shape:
+fixed input/output lengths, benchgate's synthetic prompts fitted to the same
+token count by the server's tokenizer, ignore_eos, closed loop at a fixed
+concurrency), takes the median of each
 figure per client, and reports how far apart they are.  Also reports
 benchgate's agreement with the server's own ``vllm:generation_tokens_total``
 counter.  Prints figures; it is not a test.
@@ -51,7 +53,7 @@ def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
         {
             "name": "fidelity",
             "version": 1,
-            "input_len": args.benchgate_input_len,
+            "input_len": args.benchgate_input_len or args.input_len,
             "output_len": args.output_len,
             "concurrency": args.concurrency,
             "num_requests": args.num_prompts,
@@ -67,6 +69,7 @@ def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
     figures = {key: result.summary.metrics[key].median for _, key, _ in FIGURES}
     extra = {
         "prompt_tokens_mean": trial.prompt_tokens / trial.completed,
+        "prompt_fit": (result.prompt_fit or {}).get("method"),
         "agreement_pct": trial.agreement.tokens_per_s_diff_pct,
         "tokens_diff_pct": trial.agreement.tokens_diff_pct,
         "server_tok_s": trial.server.get("generation_tokens_per_s"),
@@ -185,8 +188,9 @@ def main() -> None:
     p.add_argument(
         "--benchgate-input-len",
         type=int,
-        default=48,
-        help="synthetic words for benchgate (48 words ~ 64 tokens with the tiny model)",
+        default=None,
+        help="benchgate's input_len if not --input-len (its synthetic prompts are fitted to "
+        "it by the server's tokenizer, BOS included, as vllm bench's random prompts)",
     )
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=4)
@@ -211,21 +215,29 @@ def main() -> None:
     driver = Driver(args.vllm_python) if args.vllm_python else None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            t = time.monotonic()
-            figures, extra = run_benchgate(args)
-            bg.append(figures)
-            bg_extra.append(extra)
-            print(f"run {i + 1} benchgate   {figures['output_tokens_per_s']:7.1f} tok/s "
-                  f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
-            t = time.monotonic()
-            vb.append(run_vllm_bench(args, Path(tmp), i, driver))
-            print(f"run {i + 1} vllm bench  {vb[-1]['output_tokens_per_s']:7.1f} tok/s "
-                  f"({time.monotonic() - t:.0f} s)", file=sys.stderr)  # fmt: skip
+            # Pair i: benchgate first on even i, vllm bench first on odd i, so
+            # neither client always runs on a server the other has just warmed.
+            for client in (
+                ("benchgate", "vllm bench") if i % 2 == 0 else ("vllm bench", "benchgate")
+            ):
+                t = time.monotonic()
+                if client == "benchgate":
+                    figures, extra = run_benchgate(args)
+                    bg.append(figures)
+                    bg_extra.append(extra)
+                    tok_s = figures["output_tokens_per_s"]
+                    note = f", prompts {extra['prompt_fit']}"
+                else:
+                    vb.append(run_vllm_bench(args, Path(tmp), i, driver))
+                    tok_s = vb[-1]["output_tokens_per_s"]
+                    note = ""
+                print(f"pair {i + 1} {client:<10} {tok_s:7.1f} tok/s "
+                      f"({time.monotonic() - t:.0f} s{note})", file=sys.stderr)  # fmt: skip
     if driver is not None:
         driver.close()
 
     print(
-        f"\nClient fidelity: {args.runs} alternating runs each, {args.num_prompts} requests, "
+        f"\nClient fidelity: {args.runs} pairs (order alternating), {args.num_prompts} requests, "
         f"concurrency {args.concurrency}, {args.input_len} in / {args.output_len} out tokens, "
         f"server {args.base_url}, clients on CPUs {sorted(os.sched_getaffinity(0))}\n"
     )

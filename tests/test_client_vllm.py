@@ -92,7 +92,12 @@ def test_real_server_benchmark_agrees_with_its_counters(vllm_url):
     result = run_benchmark(vllm_url, wl)
     assert result.target.model == "tiny" and result.target.server_version
     assert result.all_valid
+    # Synthetic prompts are fitted by the server's own tokenizer: every request's
+    # prompt is exactly input_len tokens as the server counts them.
+    assert result.prompt_fit["method"] == "server_tokenizer"
+    assert result.prompt_fit["exact"] == result.prompt_fit["prompts"] == 2 + 2 * 6
     for trial in result.trials:
+        assert all(r["prompt_tokens"] == 32 for r in trial.requests)
         assert trial.output_tokens == 6 * 16
         assert all(r["output_tokens"] == 16 and len(r["itl_ms"]) == 15 for r in trial.requests)
         assert trial.server["ok"] and trial.server["generation_tokens"] == 6 * 16

@@ -220,6 +220,22 @@ def test_invalid_fast_trials_do_not_hide_a_regression() -> None:
     assert v.verdict == FAIL
 
 
+def test_prompts_sized_differently_warn_but_do_not_decide() -> None:
+    base = result([400.0, 401.0, 399.0, 400.5, 402.0])
+    cand = result([400.0, 401.0, 399.0, 400.5, 402.0])
+    base["prompt_fit"] = {"method": "server_tokenizer"}
+    cand["prompt_fit"] = {"method": "words"}
+    specs = stats.make_specs(["output_tokens_per_s"])
+    v = stats.judge_results(base, cand, specs)
+    assert v.verdict == PASS
+    assert v.warnings == [
+        "synthetic prompts were sized differently (baseline: server_tokenizer, "
+        "candidate: words): their token counts may differ"
+    ]
+    cand["prompt_fit"] = {"method": "server_tokenizer"}
+    assert stats.judge_results(base, cand, specs).warnings == []
+
+
 # --------------------------------------------------------------------------
 # Direction
 # --------------------------------------------------------------------------

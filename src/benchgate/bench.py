@@ -23,7 +23,8 @@ from .client import FetchError, RequestRecord, fetch, make_client, run_requests
 from .hostprobe import ServiceProbe
 from .metrics import Snapshot, diff, scrape
 from .results import Result, Target, Trial, WorkloadInfo, build_trial, summarize, utc_now
-from .workload import Workload, WorkloadError, build_prompts, workload_from_any
+from .tokenfit import TokenizeError, fit_prompts
+from .workload import Prompt, Workload, WorkloadError, build_prompts, workload_from_any
 
 
 class BenchmarkError(RuntimeError):
@@ -93,6 +94,38 @@ def _counting(
     return on_done
 
 
+async def _fit_synthetic(
+    client: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    api_key: str | None,
+    warm_prompts: list[Prompt],
+    trial_prompts: list[list[Prompt]],
+) -> tuple[list[Prompt], list[list[Prompt]], dict[str, Any]]:
+    """Warm-up and trial prompts fitted to ``input_len`` tokens by the server's tokenizer."""
+    flat = warm_prompts + [p for prompts in trial_prompts for p in prompts]
+    try:
+        fitted, report = await fit_prompts(
+            client,
+            _root_url(base_url),
+            model,
+            flat,
+            workload.input_len,
+            workload.prompts.seed,
+            api_key,
+            parallel=min(8, workload.concurrency),
+        )
+    except TokenizeError as exc:
+        raise BenchmarkError(
+            f"cannot fit the synthetic prompts to {workload.input_len} tokens: {exc}"
+        ) from exc
+    n_warm = len(warm_prompts)
+    n = workload.num_requests
+    trials = [fitted[n_warm + i * n : n_warm + (i + 1) * n] for i in range(len(trial_prompts))]
+    return fitted[:n_warm], trials, report.to_dict()
+
+
 async def run_benchmark_async(
     base_url: str,
     workload: Workload,
@@ -117,6 +150,11 @@ async def run_benchmark_async(
             model, version = await discover(client, base_url, api_key)
         else:
             version = await server_version(client, base_url)
+        prompt_fit = None
+        if workload.prompts.source == "synthetic":
+            warm_prompts, trial_prompts, prompt_fit = await _fit_synthetic(
+                client, base_url, model, workload, api_key, warm_prompts, trial_prompts
+            )
         if warm_prompts:
             report(Progress("warmup", -1, 0, len(warm_prompts)))
             await run_requests(
@@ -168,6 +206,7 @@ async def run_benchmark_async(
         trials=trials,
         summary=summarize(trials),
         created_at=utc_now(),
+        prompt_fit=prompt_fit,
         client={
             "name": "benchgate",
             "version": __version__,

@@ -104,6 +104,26 @@ def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
+def prompt_fit_line(fit: dict[str, Any] | None) -> str | None:
+    """How synthetic prompts were sized, in one line; None for other prompt sources."""
+    if not fit:
+        return None
+    if fit.get("method") == "server_tokenizer":
+        spread = (
+            ""
+            if fit["min_tokens"] == fit["max_tokens"]
+            else f", {fit['min_tokens']}-{fit['max_tokens']} tokens"
+        )
+        return (
+            f"prompts: fitted to {fit['target_tokens']} tokens by the server's tokenizer "
+            f"({fit['exact']}/{fit['prompts']} exact{spread})"
+        )
+    return (
+        f"prompts: about {fit['target_tokens']} tokens each (one word per token; "
+        f"not fitted: {fit.get('reason')})"
+    )
+
+
 def host_lines(result: Any) -> list[str]:
     """One line each for the roofline, the service memory and the cold start."""
     lines = []
@@ -203,6 +223,9 @@ def _print_result(result: Any, console: Any) -> None:
         )
     console.print(trials)
     console.print("TTFT, TPOT: medians in ms; diff%: client tok/s vs the server's counter")
+    fit_line = prompt_fit_line(result.prompt_fit)
+    if fit_line:
+        console.print(fit_line)
     if has_slo:
         objectives = (result.workload.params.get("slo") or {}).items()
         slo = ", ".join(f"{k} <= {v:g}" for k, v in objectives)

@@ -168,6 +168,9 @@ class Result:
     roofline: dict[str, Any] | None = None
     service_memory: dict[str, Any] | None = None
     cold_start: dict[str, Any] | None = None
+    # Synthetic prompts: how they were fitted to input_len (benchgate.tokenfit);
+    # null for file/sharegpt prompts and in older results.
+    prompt_fit: dict[str, Any] | None = None
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
         data = asdict(self)

@@ -728,7 +728,31 @@ def judge_results(
             )
         )
     verdict = combine(results, cfg)
+    mismatch = _prompt_fit_mismatch(baseline, candidate)
+    if mismatch:
+        verdict = replace(verdict, warnings=[*verdict.warnings, mismatch])
     return _invalid_trials_rule(verdict, (b_valid, b_invalid), (c_valid, c_invalid))
+
+
+def _prompt_fit_mismatch(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> str | None:
+    """A warning when the two sides' synthetic prompts were sized differently.
+
+    A release that drops ``/tokenize`` gets word-count prompts, whose token
+    count can differ from the fitted ones: the comparison still runs, but
+    the input lengths may not be the same.
+    """
+
+    def method(result: Mapping[str, Any]) -> str | None:
+        fit = result.get("prompt_fit")
+        return fit.get("method") if isinstance(fit, Mapping) else None
+
+    b, c = method(baseline), method(candidate)
+    if b == c:
+        return None
+    return (
+        f"synthetic prompts were sized differently (baseline: {b or 'not recorded'}, "
+        f"candidate: {c or 'not recorded'}): their token counts may differ"
+    )
 
 
 def _invalid_trials_rule(

@@ -59,7 +59,10 @@ class WorkloadError(ValueError):
 class PromptSource:
     """Where prompts come from.
 
-    * ``synthetic``: seeded random words, about ``input_len`` tokens each.
+    * ``synthetic``: seeded random words, fitted to exactly ``input_len`` tokens
+      with the served model's tokenizer (``benchgate.tokenfit``) before load
+      is sent; about ``input_len`` tokens where the server has no tokenizer
+      endpoint.
     * ``file``: a text file (prompts separated by blank lines) or a JSON list
       of strings; ``path`` is relative to the workload file.
     * ``sharegpt``: a ShareGPT-style JSON list of ``{"conversations": [...]}``;
@@ -363,14 +366,14 @@ _WORD_TEXT = (
     "call return class model token server client request result error event order level "
     "range table field block thread queue task "
 )
-_WORDS = tuple(_WORD_TEXT.split())
+SYNTHETIC_WORDS = tuple(_WORD_TEXT.split())
 
 
 def _synthetic_prompts(n: int, input_len: int, seed: int) -> list[Prompt]:
     rng = random.Random(seed)
     prompts = []
     for _ in range(n):
-        words = [rng.choice(_WORDS) for _ in range(input_len)]
+        words = [rng.choice(SYNTHETIC_WORDS) for _ in range(input_len)]
         prompts.append(Prompt(text=" ".join(words), approx_tokens=input_len))
     return prompts
 

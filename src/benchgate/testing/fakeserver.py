@@ -9,6 +9,10 @@ event, a slow response (to trigger timeouts), or a complete stream without a
 token.  ``fast`` mode streams as fast as the event loop allows (for
 client-ceiling benchmarks): bursts of ``FAST_BURST`` events, one write each.
 
+With ``tokenize`` set it serves vLLM's ``POST /tokenize`` with a toy
+tokenizer (``fake_token_count``: BOS, one token per word, two for words of
+more than six characters), and counts prompt tokens the same way.
+
 It also serves ``/v1/models``, ``/health``, ``/version``, a vLLM-style
 ``/metrics`` (whose counters follow what it generated) and ``/fake/timings``
 (when each streamed request's handler started and its first token was
@@ -54,6 +58,7 @@ class FakeConfig:
     spec_decode: bool = False  # expose speculative decoding counters
     metrics_mode: str = "ok"  # "ok", "missing" (404) or "garbled"
     api_key: str | None = None  # require this Bearer token
+    tokenize: str | None = None  # None: no /tokenize (404); "ok"; "error" (HTTP 500)
 
 
 @dataclass
@@ -67,6 +72,7 @@ class FakeState:
     success: int = 0
     ttft_sum: float = 0.0
     ttft_count: int = 0
+    tokenize_calls: int = 0
     spec_drafts: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=lambda: [0, 0, 0])
     # perf_counter() when each streamed request's first token was written (in order).
@@ -210,6 +216,11 @@ async def _stream_fast(
     server.state.success += 1
 
 
+def fake_token_count(text: str) -> int:
+    """The toy tokenizer of ``/tokenize``: BOS + 1 per word, 2 for words over 6 characters."""
+    return 1 + sum(2 if len(word) > 6 else 1 for word in text.split())
+
+
 def make_app(server: FakeServer) -> web.Application:
     app = web.Application()
 
@@ -260,7 +271,7 @@ def make_app(server: FakeServer) -> web.Application:
             prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         else:
             prompt = str(body.get("prompt", ""))
-        n_prompt = max(1, len(prompt.split()))
+        n_prompt = fake_token_count(prompt) if cfg.tokenize else max(1, len(prompt.split()))
         if not body.get("stream"):
             server.state.prompt_tokens += n_prompt
             server.count_tokens(n_out)
@@ -357,6 +368,21 @@ def make_app(server: FakeServer) -> web.Application:
             server.state.running -= 1
         return resp
 
+    async def tokenize(request: web.Request) -> web.Response:
+        mode = server.config.tokenize
+        if mode is None:
+            return web.Response(status=404, text="Not Found")
+        if not authorized(request):
+            return web.json_response({"error": "unauthorized"}, status=401)
+        server.state.tokenize_calls += 1
+        if mode == "error":
+            return web.json_response({"error": "injected tokenizer fault"}, status=500)
+        body = await request.json()
+        count = fake_token_count(str(body.get("prompt", "")))
+        return web.json_response(
+            {"count": count, "max_model_len": 4096, "tokens": list(range(count))}
+        )
+
     async def timings(request: web.Request) -> web.Response:
         s = server.state
         return web.json_response(
@@ -368,6 +394,7 @@ def make_app(server: FakeServer) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/chat/completions", generate)
     return app
