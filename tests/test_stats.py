@@ -75,7 +75,7 @@ def test_thirty_percent_regression_reason_reads_like_a_sentence() -> None:
     v = stats.judge_metric(TPUT, b, c)
     assert v.verdict == FAIL
     assert v.change_pct == pytest.approx(-27.0, abs=0.01)
-    assert v.reason.startswith("output_tokens_per_s: 412.0 → 300.8 tok/s (−27.0%, 95% bounds")
+    assert v.reason.startswith("output_tokens_per_s: 412.0 → 300.8 tok/s (shift −27.0%, 95% bounds")
     assert v.reason.endswith("beyond the 5% limit")
 
 

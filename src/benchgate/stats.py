@@ -481,7 +481,7 @@ def judge_metric(
     conf = round(cfg.confidence * 100)
     head = (
         f"{spec.name}: {_fmt(common['baseline_median'])} → {_fmt(common['candidate_median'])}"
-        f"{unit_s} ({_pct(change)}, {conf}% bounds {_pct(lo)}…{_pct(hi)}, p={p:.3g})"
+        f"{unit_s} (shift {_pct(change)}, {conf}% bounds {_pct(lo)}…{_pct(hi)}, p={p:.3g})"
     )
     worse = "slower" if direction is Direction.HIGHER else "higher"
 
@@ -859,7 +859,7 @@ def naive_verdict(
 
 def render_table(verdict: Verdict) -> str:
     """A plain-text table of the per-metric outcome plus the reasons."""
-    header = ("metric", "baseline", "candidate", "change", "bounds", "p", "limit", "verdict")
+    header = ("metric", "baseline", "candidate", "shift", "bounds", "p", "limit", "verdict")
     rows: list[tuple[str, ...]] = [header]
     for m in verdict.metrics:
 
@@ -887,6 +887,10 @@ def render_table(verdict: Verdict) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
+    lines.append(
+        "baseline, candidate: medians of the trials; shift: the Hodges-Lehmann estimate of "
+        "the change, which can differ from the change of the medians"
+    )
     lines.append(f"verdict: {verdict.verdict}   (* critical)")
     lines.extend(f"  - {r}" for r in verdict.reasons)
     lines.extend(f"  ! {w}" for w in verdict.warnings)
