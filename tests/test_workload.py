@@ -174,3 +174,33 @@ def test_sharegpt_prompts_take_first_human_turn(tmp_path):
     )
     texts = {p.text for p in build_prompts(wl, 4)}
     assert texts == {"hello there", "q2"}
+
+
+FLOAT_KEYS = [
+    ("temperature", "temperature"),
+    ("max_error_rate", "max_error_rate"),
+    ("request_rate", "request_rate"),
+    ("burstiness", "burstiness"),
+    ("timeout_s", "timeout_s"),
+    ("slo", "slo.ttft_ms"),
+]
+
+
+@pytest.mark.parametrize("text", [".nan", ".inf", "-.inf"])
+@pytest.mark.parametrize(("key", "field"), FLOAT_KEYS)
+def test_non_finite_numbers_are_refused_naming_the_key(tmp_path, key, field, text):
+    # YAML reads .nan/.inf as floats: max_error_rate: .nan compared false with
+    # every limit, so failing trials counted as valid.
+    value = f"{{ttft_ms: {text}}}" if key == "slo" else text
+    path = tmp_path / "w.yml"
+    path.write_text(yaml.safe_dump(BASE) + f"{key}: {value}\n")
+    with pytest.raises(WorkloadError) as err:
+        load_workload(path)
+    assert err.value.field == field
+    assert f"'{field}': must be a finite number" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_overrides_are_refused(value):
+    with pytest.raises(WorkloadError, match="'request_rate': must be a finite number"):
+        parse_workload(BASE).with_overrides(request_rate=value)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -183,6 +184,9 @@ def _float(
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise WorkloadError(label, f"must be a number, got {value!r}", source)
     value = float(value)
+    if not math.isfinite(value):
+        # YAML's .nan/.inf are floats; NaN compares false with every limit.
+        raise WorkloadError(label, f"must be a finite number, got {value}", source)
     if value < minimum or (strict_min and value == minimum):
         op = ">" if strict_min else ">="
         raise WorkloadError(label, f"must be {op} {minimum}, got {value}", source)
