@@ -125,3 +125,29 @@ def test_playbooks_that_change_nothing_are_not_locked(tmp_path: Path) -> None:
     _, rc, out = _run_while_held(tmp_path / "rollout.lock", "benchmark.yml")
     assert rc == 0, out
     assert "another rollout is running" not in out
+
+
+def test_the_lock_record_holds_no_extra_vars_in_any_spelling(tmp_path: Path) -> None:
+    lock = tmp_path / "rollout.lock"
+    spellings = ["-vvve", "a=s3cret-a", "--extra", "b=s3cret-b", "--extra-var=c=s3cret-c"]
+    spellings += ["-Cesecret_d=s3cret-d"]  # check mode, and -e with its value attached
+    check = tmp_path / "check.yml"
+    # ansible-playbook takes every spelling as extra vars: the play sees all four.
+    check.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.assert:\n"
+        "        that: [a == 's3cret-a', b == 's3cret-b', c == 's3cret-c',\n"
+        "               secret_d == 's3cret-d']\n"
+    )
+    rollback = _playbook("rollback.yml")
+    done = subprocess.run(
+        [*rollback, str(check), *spellings, "-c", "local"],
+        capture_output=True,
+        text=True,
+        env=_env(lock),
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads(lock.read_text())
+    assert "rollback.yml" in record["command"]
+    assert "s3cret" not in lock.read_text(), record["command"]

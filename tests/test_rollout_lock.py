@@ -111,3 +111,24 @@ def test_extra_vars_are_not_written_into_the_lock_file(tmp_path: Path) -> None:
     path = tmp_path / "rollout.lock"
     with RolloutLock(path, argv):
         assert "s3cret" not in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # -e combined with flags before it, the value apart or attached.
+        (["-vvve", "k=s3cret"], ["-vvve", "<hidden>"]),
+        (["-vvvek=s3cret"], ["-vvve<hidden>"]),
+        (["-Cbe", "k=s3cret"], ["-Cbe", "<hidden>"]),
+        # argparse takes any unambiguous prefix of --extra-vars.
+        (["--extra", "k=s3cret"], ["--extra", "<hidden>"]),
+        (["--extra-var=k=s3cret"], ["--extra-var=<hidden>"]),
+        (["--ex", "k=s3cret"], ["--ex", "<hidden>"]),
+        (["--e=k=s3cret"], ["--e=<hidden>"]),
+        # A short option that takes a value ends the cluster: "-ihosts-e" is -i.
+        (["-ihosts-e", "up.yml"], ["-ihosts-e", "up.yml"]),
+        (["--limit", "web", "--", "-e"], ["--limit", "web", "--", "-e"]),
+    ],
+)
+def test_every_spelling_of_extra_vars_is_redacted(argv: list[str], expected: list[str]) -> None:
+    assert redact_extra_vars(["ansible-playbook", *argv]) == ["ansible-playbook", *expected]

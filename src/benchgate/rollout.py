@@ -76,25 +76,72 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
     return text
 
 
+#: Short options of ansible-playbook and ``benchgate rollout`` that take a value:
+#: in a cluster (``-vvve K=V``, ``-ihosts``) the rest of the cluster, or the next
+#: argument, is that value. Every other letter is taken for a flag.
+_SHORT_WITH_VALUE = frozenset("eifMtuclT")
+
+
+def _is_extra_vars_option(name: str) -> bool:
+    """``--extra-vars`` or a prefix argparse accepts for it (``--e``, ``--extra``, ...)."""
+    return len(name) >= 3 and "--extra-vars".startswith(name)
+
+
 def redact_extra_vars(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the values of ``-e``/``--extra-vars``, which may hold
-    secrets: the lock file is readable by everyone who may take the lock."""
+    """``argv`` without the values of ``-e``/``--extra-vars``, which may hold secrets.
+
+    Parsed the way argparse parses ansible-playbook's (and ``benchgate rollout``'s)
+    command line: ``-e`` at the end of a cluster of short flags (``-vvve K=V``,
+    ``-vvveK=V``) and any prefix of ``--extra-vars`` (``--extra K=V``,
+    ``--extra-var=K=V``). Nothing after ``--`` is an option.
+    """
     out: list[str] = []
     hide_next = False
+    options_end = False
     for arg in argv:
         if hide_next:
             out.append("<hidden>")
             hide_next = False
-        elif arg in ("-e", "--extra-vars"):
+        elif options_end or not arg.startswith("-") or arg == "-":
             out.append(arg)
-            hide_next = True
-        elif arg.startswith("--extra-vars="):
-            out.append("--extra-vars=<hidden>")
-        elif arg.startswith("-e") and not arg.startswith("--"):
-            out.append("-e<hidden>")
+        elif arg == "--":
+            options_end = True
+            out.append(arg)
+        elif arg.startswith("--"):
+            name, sep, _ = arg.partition("=")
+            if _is_extra_vars_option(name):
+                if sep:
+                    out.append(f"{name}=<hidden>")
+                else:
+                    out.append(arg)
+                    hide_next = True
+            else:
+                out.append(arg)
         else:
-            out.append(arg)
+            out.append(_redact_short_cluster(arg))
+            hide_next = _cluster_wants_extra_vars(arg)
     return out
+
+
+def _cluster_value_at(arg: str) -> tuple[str, int] | None:
+    """The first option in ``-abc...`` that takes a value, and its index."""
+    for index, letter in enumerate(arg[1:], start=1):
+        if letter in _SHORT_WITH_VALUE:
+            return letter, index
+    return None
+
+
+def _cluster_wants_extra_vars(arg: str) -> bool:
+    """``-vvve``: the next argument is the extra vars."""
+    found = _cluster_value_at(arg)
+    return found is not None and found[0] == "e" and found[1] == len(arg) - 1
+
+
+def _redact_short_cluster(arg: str) -> str:
+    found = _cluster_value_at(arg)
+    if found is None or found[0] != "e" or found[1] == len(arg) - 1:
+        return arg
+    return arg[: found[1] + 1] + "<hidden>"
 
 
 class RolloutLock:
