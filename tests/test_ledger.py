@@ -195,3 +195,85 @@ def test_record_and_history_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     assert cli_gate.main(["history", "--db", str(tmp_path / "none.sqlite")]) == 3
     assert not (tmp_path / "none.sqlite").exists()
+
+
+# --------------------------------------------------------------------------
+# A file that is not a ledger, or not one this benchgate can use
+# --------------------------------------------------------------------------
+
+
+def _bad_ledgers(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    text = tmp_path / "text.sqlite"
+    text.write_text("id,name\n1,cat\n" * 200)
+    foreign = tmp_path / "foreign.sqlite"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.commit()
+    conn.close()
+    unversioned = tmp_path / "unversioned.sqlite"
+    conn = sqlite3.connect(unversioned)
+    conn.executescript(ledger.MIGRATIONS[0])
+    conn.close()
+    # Says schema 2, but the speculative column of migration 2 is missing.
+    mismatched = tmp_path / "mismatched.sqlite"
+    conn = sqlite3.connect(mismatched)
+    conn.executescript(ledger.MIGRATIONS[0])
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO schema_version VALUES (1, 'x'), (2, 'x')")
+    conn.commit()
+    conn.close()
+    return {
+        "text": (text, "is not an SQLite database"),
+        "foreign": (foreign, "is not a benchgate ledger"),
+        "unversioned": (unversioned, "is not a benchgate ledger"),
+        "mismatched": (mismatched, "does not have the tables of schema version 2"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["text", "foreign", "unversioned", "mismatched"])
+def test_a_file_that_is_no_ledger_is_refused_and_left_as_it_was(tmp_path: Path, kind: str) -> None:
+    path, words = _bad_ledgers(tmp_path)[kind]
+    before = path.read_bytes()
+    for attempt in (
+        lambda: ledger.check(path),
+        lambda: ledger.connect(path),
+        lambda: ledger.record_verdict(path, PASS_VERDICT, host="h"),
+        lambda: ledger.history(path),
+    ):
+        with pytest.raises(ledger.LedgerError) as err:
+            attempt()
+        assert f"the ledger {path} {words}" in str(err.value)
+    assert path.read_bytes() == before
+    assert not Path(f"{path}-journal").exists()
+
+
+def test_an_older_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript(ledger.MIGRATIONS[0])
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO schema_version VALUES (1, 'x')")
+    conn.commit()
+    conn.close()
+    assert ledger.check(db) == 1
+    ledger.record_verdict(db, PASS_VERDICT, host="h")
+    assert ledger.check(db) == ledger.SCHEMA_VERSION
+    assert [v.host for v in ledger.history(db)] == ["h"]
+
+
+def test_a_missing_or_empty_file_is_a_new_ledger(tmp_path: Path) -> None:
+    assert ledger.check(tmp_path / "none.sqlite") == 0
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    assert ledger.check(empty) == 0
+    ledger.record_verdict(empty, PASS_VERDICT, host="h")
+    assert ledger.check(empty) == ledger.SCHEMA_VERSION
+
+
+def test_history_command_says_which_file_is_no_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = _bad_ledgers(tmp_path)["foreign"]
+    assert cli_gate.main(["history", "--db", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert f"{path} is not a benchgate ledger" in err and "Traceback" not in err

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -281,3 +283,70 @@ def _result(status: str, rc: int | None, summary: dict, stats: dict | None) -> r
 )
 def test_exit_status(status: str, rc: int, summary: dict, stats: dict, expected: int) -> None:
     assert rollout.exit_status([_result(status, rc, summary, stats)]) == expected
+
+
+def _foreign_sqlite(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO photos (name) VALUES ('cat.jpg')")
+    conn.commit()
+    conn.close()
+
+
+def _unversioned_ledger(path: Path) -> None:
+    # The tables of schema 1, but no schema_version: not written by benchgate.
+    conn = sqlite3.connect(path)
+    conn.executescript(ledger.MIGRATIONS[0])
+    conn.close()
+
+
+def _damaged_ledger(path: Path) -> None:
+    ledger.record_verdict(path, {"verdict": "PASS", "reasons": ["x"]}, host="h")
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the first page's b-tree
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.write_text("not a database\n" * 100), "is not an SQLite database"),
+        (_foreign_sqlite, "is not a benchgate ledger"),
+        (_unversioned_ledger, "is not a benchgate ledger"),
+        (_damaged_ledger, "is damaged"),
+    ],
+    ids=["text", "foreign", "unversioned", "damaged"],
+)
+def test_a_corrupt_or_foreign_ledger_stops_the_rollout_before_anything(
+    project: Path, capsys: pytest.CaptureFixture[str], make: Any, words: str
+) -> None:
+    db = project / "artifacts" / "ledger.sqlite"
+    db.parent.mkdir(parents=True)
+    make(db)
+    before = db.read_bytes()
+
+    assert main(_rollout(project, "-e", "vllm_version=1.0.0")) == rollout.EXIT_ERROR
+
+    err = capsys.readouterr().err
+    assert f"benchgate rollout: the ledger {db} {words}" in err, err
+    assert "--ledger" in err  # says what to do
+    assert "Traceback" not in err
+    # Nothing ran and nothing changed.
+    assert not (project / "runner" / "artifacts").exists()
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in db.parent.iterdir()) == ["ledger.sqlite"]
+
+
+def test_a_newer_ledger_stops_the_rollout_before_anything(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = project / "artifacts" / "ledger.sqlite"
+    ledger.connect(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO schema_version VALUES (?, 'x')", (ledger.SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+
+    assert main(_rollout(project, "-e", "vllm_version=1.0.0")) == rollout.EXIT_ERROR
+    assert "newer than this benchgate" in capsys.readouterr().err
+    assert not (project / "runner" / "artifacts").exists()

@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     err = sys.stderr
     try:
         settings = settings_from(args)
+        rollout.check_ledger(settings.ledger)
     except RolloutError as exc:
         print(f"benchgate rollout: {exc}", file=err)
         return rollout.EXIT_ERROR

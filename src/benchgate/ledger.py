@@ -9,12 +9,19 @@ old ledger file is upgraded in place.
 
 Only the standard library is used (sqlite3); timestamps are UTC ISO-8601
 strings, which sort and compare as text.
+
+A file that is not a ledger this benchgate can use (not SQLite, another
+program's database, a damaged or newer ledger) raises :class:`LedgerError`
+naming the file, before anything is written to it. A new ledger file is
+created mode 0600 (SQLite gives its journal the same mode): it holds the
+fleet's hosts, releases and measurements.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -100,23 +107,134 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+class LedgerError(RuntimeError):
+    """The file is not a ledger this benchgate can use; the message names it."""
+
+
+_WHAT_TO_DO = (
+    "give the path of the benchgate ledger, or a new path for a new ledger, "
+    "and move this file away if it is in the way"
+)
+
+
+def _tables(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    """Every table of the database and its columns."""
+    names = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    return {
+        name: {row[1] for row in conn.execute(f'PRAGMA table_info("{name}")')} for name in names
+    }
+
+
+def _expected_tables(version: int) -> dict[str, set[str]]:
+    """The tables (and columns) a ledger of schema ``version`` has."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            conn.executescript(script)
+        tables = _tables(conn)
+    finally:
+        conn.close()
+    tables["schema_version"] = {"version", "applied_at"}
+    return tables
+
+
+def check(path: str | Path, *, thorough: bool = False) -> int:
+    """Check, reading only, that ``path`` is a ledger this benchgate can use.
+
+    Return its schema version: 0 for a new ledger (no file, or an empty one).
+    Raise :class:`LedgerError`, naming the file and what to do, for a file
+    that is not SQLite, another program's database, a ledger whose tables do
+    not match its schema version, or one newer than this benchgate.
+    ``thorough`` also reads every page (``PRAGMA quick_check``) to find damage.
+    """
+    p = Path(path)
+    if not p.exists():
+        return 0
+    if not p.is_file():
+        raise LedgerError(f"the ledger {p} is not a file: {_WHAT_TO_DO}")
+    try:
+        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise LedgerError(
+            f"the ledger {p} cannot be opened ({exc}): check its permissions"
+        ) from exc
+    tables: dict[str, set[str]] = {}
+    version = 0
+    try:
+        try:
+            tables = _tables(conn)
+            damage = conn.execute("PRAGMA quick_check(1)").fetchone()[0] if thorough else "ok"
+            version = (
+                int(
+                    conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[
+                        0
+                    ]
+                )
+                if "schema_version" in tables
+                else 0
+            )
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise LedgerError(
+                    f"the ledger {p} is not an SQLite database ({exc}): {_WHAT_TO_DO}"
+                ) from exc
+            damage = str(exc)
+    finally:
+        conn.close()
+    if damage != "ok":
+        raise LedgerError(
+            f"the ledger {p} is damaged ({damage}): restore it from a backup, or save what "
+            f"is left with `sqlite3 {p} .recover`; or {_WHAT_TO_DO}"
+        )
+    if not tables:
+        return 0
+    if "schema_version" not in tables:
+        raise LedgerError(
+            f"the ledger {p} is not a benchgate ledger: an SQLite database with the tables "
+            f"{', '.join(sorted(tables))} and no schema_version; {_WHAT_TO_DO}"
+        )
+    if version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"the ledger {p} has schema version {version}, newer than this benchgate "
+            f"({SCHEMA_VERSION}): upgrade benchgate on the controller"
+        )
+    missing: list[str] = []
+    for table, columns in sorted(_expected_tables(version).items()):
+        if table not in tables:
+            missing.append(table)
+        else:
+            missing.extend(f"{table}.{column}" for column in sorted(columns - tables[table]))
+    if missing:
+        raise LedgerError(
+            f"the ledger {p} does not have the tables of schema version {version} "
+            f"(missing: {', '.join(missing)}): {_WHAT_TO_DO}"
+        )
+    return version
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply missing migrations; return the schema version now in force.
 
     Runs in one ``BEGIN IMMEDIATE`` transaction, so two controllers opening a
-    new ledger at once cannot both apply the same migration. ``conn`` must be
-    in autocommit mode (``isolation_level=None``), as :func:`connect` makes it.
+    new ledger at once cannot both apply the same migration, and a failure
+    leaves the file as it was. ``conn`` must be in autocommit mode
+    (``isolation_level=None``), as :func:`connect` makes it.
     """
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version "
-        "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-    )
     conn.execute("BEGIN IMMEDIATE")
     try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version "
+            "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
         row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
         current = int(row[0])
         if current > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise LedgerError(
                 f"ledger schema version {current} is newer than this benchgate "
                 f"({SCHEMA_VERSION}); upgrade benchgate on the controller"
             )
@@ -136,15 +254,31 @@ def migrate(conn: sqlite3.Connection) -> int:
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating parent folders and the file) and migrate a ledger."""
+    """Open (creating parent folders and the file) and migrate a ledger.
+
+    An existing file is checked first (:func:`check`): a file that is not a
+    ledger this benchgate can use raises :class:`LedgerError` and is not
+    written to. A new file is created mode 0600, its new parent folders 0700.
+    """
     p = Path(path)
     if str(p) != ":memory:":
-        p.parent.mkdir(parents=True, exist_ok=True)
+        check(p)
+        if not p.parent.is_dir():
+            p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # O_CREAT with 0600: SQLite would create it 0644 (less the umask).
+        os.close(os.open(p, os.O_RDWR | os.O_CREAT, 0o600))
     conn = sqlite3.connect(str(p), isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA busy_timeout = 10000")
-    migrate(conn)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA busy_timeout = 10000")
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise LedgerError(f"the ledger {p} cannot be used ({exc}): {_WHAT_TO_DO}") from exc
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

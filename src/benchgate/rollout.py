@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -361,15 +362,27 @@ def failed_hosts(stats: Mapping[str, Any] | None) -> list[str]:
 EventSink = Callable[[Mapping[str, Any]], None]
 
 
+def check_ledger(path: Path) -> None:
+    """Before anything runs: ``path`` must be a ledger this benchgate can use (or none yet)."""
+    try:
+        ledger.check(path, thorough=True)
+    except ledger.LedgerError as exc:
+        raise RolloutError(
+            f"{exc} (the rollout's ledger is --ledger, default <artifacts dir>/ledger.sqlite); "
+            "nothing was started"
+        ) from exc
+
+
 def _ledger_rows(path: Path, since: str) -> dict[str, Any]:
+    rows: dict[str, Any] = {"ledger": str(path), "since": since, "verdicts": [], "runs": []}
     if not path.is_file():
-        return {"ledger": str(path), "since": since, "verdicts": [], "runs": []}
-    return {
-        "ledger": str(path),
-        "since": since,
-        "verdicts": [v.to_dict() for v in ledger.history(path, since=since, limit=None)],
-        "runs": [r.to_dict() for r in ledger.runs(path, since=since, limit=None)],
-    }
+        return rows
+    try:
+        rows["verdicts"] = [v.to_dict() for v in ledger.history(path, since=since, limit=None)]
+        rows["runs"] = [r.to_dict() for r in ledger.runs(path, since=since, limit=None)]
+    except (ledger.LedgerError, sqlite3.Error) as exc:  # broken while the playbook ran
+        rows["error"] = str(exc)
+    return rows
 
 
 def _keep_events(sink: EventSink | None) -> Callable[[Mapping[str, Any]], bool] | None:
