@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,19 @@ def test_history_command_says_which_file_is_no_ledger(
     assert cli_gate.main(["history", "--db", str(path)]) == 3
     err = capsys.readouterr().err
     assert f"{path} is not a benchgate ledger" in err and "Traceback" not in err
+
+
+def test_a_new_ledger_and_its_journal_are_private(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "ledger.sqlite"
+    conn = ledger.connect(db)
+    try:
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
+        assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+        conn.execute("BEGIN IMMEDIATE")
+        ledger.record_verdict(conn, PASS_VERDICT, host="h")
+        journal = Path(f"{db}-journal")  # SQLite's rollback journal, while writing
+        assert journal.exists()
+        assert stat.S_IMODE(journal.stat().st_mode) == 0o600
+        conn.execute("COMMIT")
+    finally:
+        conn.close()

@@ -8,9 +8,11 @@ the summary the way playbooks/upgrade.yml does, and blocks release 9.9.9.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -34,6 +36,11 @@ PLAYBOOK = """\
   hosts: vllm_hosts
   gather_facts: false
   tasks:
+    - name: Check the extra vars arrived (the test gives their sha1)
+      ansible.builtin.assert:
+        that: api_key | hash('sha1') == expect_api_key_sha1
+      when: expect_api_key_sha1 is defined
+
     - name: Wait for the go file
       ansible.builtin.wait_for:
         path: "{{ wait_for_file }}"
@@ -350,3 +357,40 @@ def test_a_newer_ledger_stops_the_rollout_before_anything(
     assert main(_rollout(project, "-e", "vllm_version=1.0.0")) == rollout.EXIT_ERROR
     assert "newer than this benchgate" in capsys.readouterr().err
     assert not (project / "runner" / "artifacts").exists()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_secrets_stay_out_of_runner_files_and_state_is_private(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cret-api-key"
+    monkeypatch.setenv("CONTROLLER_TOKEN", "s3cret-from-the-environment")
+    sha1 = hashlib.sha1(secret.encode()).hexdigest()
+    args = ["-e", "vllm_version=1.0.0", "-e", f"api_key={secret}"]
+    args += ["-e", f"expect_api_key_sha1={sha1}"]
+
+    assert main(_rollout(project, *args)) == rollout.EXIT_OK
+
+    [run] = _runs(project)
+    # ansible-playbook's command line (runner's `command` file, and what `ps`
+    # showed) and the environment runner recorded hold no secret.
+    command = json.loads((run / "command").read_text())
+    assert "s3cret" not in json.dumps(command)
+    assert command["env"]["CONTROLLER_TOKEN"] == "<hidden>"
+    assert command["env"]["BENCHGATE_SUMMARY_FILE"] == str(run / "benchgate" / "summary.json")
+    assert "vllm_version" in " ".join(command["command"])
+    leaks = [p for p in project.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()]
+    assert leaks == []
+    # The extra vars file is gone once the run is over.
+    [extra] = [a[1:] for a in command["command"] if a.startswith("@")]
+    assert not Path(extra).exists()
+    # State only the rollout's user can read.
+    artifacts = project / "artifacts"
+    for folder in (artifacts, artifacts / run.name, project / "runner" / "artifacts", run):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(run / "benchgate") == 0o700
+    assert _mode(artifacts / "ledger.sqlite") == 0o600
+    assert _mode(artifacts / "rollout.lock") == 0o600

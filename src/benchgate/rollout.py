@@ -22,15 +22,18 @@ through the ``benchgate_lock`` callback.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import getpass
 import json
 import os
+import shlex
 import shutil
 import socket
 import sqlite3
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -163,9 +166,11 @@ class RolloutLock:
 
     def acquire(self) -> dict[str, Any]:
         """Take the lock or raise :class:`LockBusy`; return the record written."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # "a+": opening must not truncate what the current holder wrote.
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        private_dir(self.path.parent)
+        # No O_TRUNC: opening must not wipe what the current holder wrote. 0600:
+        # the record names who runs what.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
         try:
             fcntl.lockf(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -385,16 +390,107 @@ def _ledger_rows(path: Path, since: str) -> dict[str, Any]:
     return rows
 
 
-def _keep_events(sink: EventSink | None) -> Callable[[Mapping[str, Any]], bool] | None:
-    """Runner's event handler: show the event, and return True so runner keeps it."""
-    if sink is None:
-        return None
+#: Values of the controller's environment that runner's ``command`` file keeps;
+#: every other inherited variable keeps its name only.
+KEPT_ENVIRONMENT = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PWD"}
+)
+HIDDEN = "<hidden>"
 
-    def handler(event: Mapping[str, Any]) -> bool:
-        sink(event)
+
+def scrub_command_file(artifact_dir: Path, own_env: Mapping[str, str]) -> None:
+    """Hide the controller's environment in runner's ``artifacts/<run>/command``.
+
+    Runner records the whole environment it gave ansible-playbook there: the
+    controller's own (tokens, cloud keys, ``SSH_AUTH_SOCK``, ...) plus what runner
+    and ``env/envvars`` add. Inherited values become ``<hidden>`` (names stay, and
+    the values of :data:`KEPT_ENVIRONMENT`); what runner and benchgate set stays,
+    so the file still says how the playbook ran.
+    """
+    path = artifact_dir / "command"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    env = data.get("env") if isinstance(data, dict) else None
+    if not isinstance(env, dict):
+        return
+    for key, value in env.items():
+        inherited = key in os.environ and os.environ[key] == value
+        if inherited and key not in own_env and key not in KEPT_ENVIRONMENT:
+            env[key] = HIDDEN
+    tmp = path.with_name("command.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+class _Events:
+    """Runner's event handler: shows each event (``sink``), and once ansible-playbook
+    has started (it read its extra vars: ``playbook_on_start``) removes the extra
+    vars file and scrubs runner's ``command`` file. Returns True so runner keeps
+    the event."""
+
+    def __init__(
+        self,
+        sink: EventSink | None,
+        artifact_dir: Path,
+        own_env: Mapping[str, str],
+        extra_file: Path | None,
+    ) -> None:
+        self.sink = sink
+        self.artifact_dir = artifact_dir
+        self.own_env = own_env
+        self.extra_file = extra_file
+        self.scrubbed = False
+
+    def done(self) -> None:
+        """After the run (or when it could not start): the same clean-up, for sure."""
+        self._scrub()
+        self._remove_extra_file()
+
+    def _scrub(self) -> None:
+        if not self.scrubbed:
+            scrub_command_file(self.artifact_dir, self.own_env)
+            self.scrubbed = True
+
+    def _remove_extra_file(self) -> None:
+        if self.extra_file is not None:
+            shutil.rmtree(self.extra_file.parent, ignore_errors=True)
+            self.extra_file = None
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        self._scrub()  # runner wrote the command file before it started the playbook
+        if event.get("event") == "playbook_on_start":
+            self._remove_extra_file()
+        if self.sink is not None:
+            self.sink(event)
         return True
 
-    return handler
+
+def _write_extra_vars(extravars: Mapping[str, Any]) -> Path | None:
+    """The user's ``-e`` values in a 0600 file of a 0700 temporary folder (None: none).
+
+    Given to ansible-playbook as ``-e @file``, so that no secret is on its
+    command line (``ps``, ``/proc/<pid>/cmdline``, runner's ``command`` file).
+    """
+    if not extravars:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="benchgate-rollout-"))  # mode 0700
+    path = folder / "extravars.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(dict(extravars), handle, default=str)
+    return path
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents mode 0700 (existing ones are left as they are)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
 
 
 def _run_runner(
@@ -403,22 +499,27 @@ def _run_runner(
     limit: str | None,
     extravars: dict[str, Any],
     envvars: dict[str, str],
-    on_event: EventSink | None,
+    events: _Events,
     cancelled: Callable[[], bool] | None,
 ) -> Any:
     import ansible_runner
 
+    cmdline = None
+    if events.extra_file is not None:
+        cmdline = shlex.join(["-e", f"@{events.extra_file}"])
     return ansible_runner.run(
         private_data_dir=str(settings.private_data_dir),
         project_dir=str(settings.project_dir),
         playbook=settings.playbook,
         inventory=settings.inventory or None,
         limit=limit,
+        # The user's -e values come first (a file), benchgate's own after them.
+        cmdline=cmdline,
         extravars=extravars,
         envvars=envvars,
         ident=run_id,
         quiet=not settings.show_ansible_output,
-        event_handler=_keep_events(on_event),
+        event_handler=events,
         cancel_callback=cancelled,
         rotate_artifacts=settings.rotate_artifacts,
         # Keep -e and the environment in memory: written into env/, a later
@@ -439,10 +540,12 @@ def run_phase(
 
     artifact_dir = settings.private_data_dir / "artifacts" / run_id
     own = artifact_dir / "benchgate"
-    own.mkdir(parents=True, exist_ok=True)
+    private_dir(own)
+    # The run's benchmark results: private even where <artifacts dir> already was not.
+    private_dir(settings.artifacts_dir / run_id)
     summary_file = own / "summary.json"
-    extravars = dict(settings.extravars)
-    extravars.update(
+    # benchgate's own variables: no secret, on the command line (ps shows the release).
+    extravars = dict(
         vllm_version=phase.version,
         benchgate_run_id=run_id,
         benchgate_ledger=str(settings.ledger),
@@ -460,10 +563,13 @@ def run_phase(
     if phase.group is not None and settings.limit:
         limit = f"{phase.group}:&{settings.limit}"
     since = ledger.utcnow()
+    events = _Events(on_event, artifact_dir, envvars, _write_extra_vars(settings.extravars))
     try:
-        runner = _run_runner(settings, run_id, limit, extravars, envvars, on_event, cancelled)
+        runner = _run_runner(settings, run_id, limit, extravars, envvars, events, cancelled)
     except (OSError, ansible_runner.exceptions.AnsibleRunnerException) as exc:
         raise RolloutError(f"ansible-runner could not start the playbook: {exc}") from exc
+    finally:
+        events.done()
 
     summary: dict[str, Any] = {}
     if summary_file.is_file():
