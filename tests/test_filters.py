@@ -41,6 +41,10 @@ def test_filter_names():
         "vllm_speculative_errors",
         "vllm_cli_generation",
         "vllm_speculative_arms",
+        "vllm_base_url",
+        "systemd_env_line",
+        "control_character_settings",
+        "token_errors",
     }
 
 

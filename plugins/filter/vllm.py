@@ -17,6 +17,13 @@ They need ``benchgate`` importable by the controller's Python.
   ``[{"name": "off", "config": {}}, {"name": "ngram-k3", "config": {...}}, ...]``.
 * ``vllm_cli_generation``: stdout of ``vllm serve --help=all`` ->
   ``{"speculative": "config" | "flags" | "none", "flags": [sorted long options]}``.
+* ``vllm_base_url(port)``: the address the server binds -> the URL a client on
+  the host uses (wildcard binds -> loopback, IPv6 in brackets).
+* ``systemd_env_line(value)``: variable name -> ``NAME="value"`` line of an
+  EnvironmentFile that systemd reads back as exactly ``value``.
+* ``control_character_settings``: mapping of settings -> the names whose
+  strings hold a control character (a newline would add lines to the unit).
+* ``token_errors(name)``: an API key or token -> problems, [] when usable.
 
 Example (a task in the vllm_service role)::
 
@@ -219,6 +226,34 @@ def vllm_speculative_arms(candidates: Any, k_sweep: Any = None) -> list[dict[str
     return [{"name": arm.name, "config": arm.config} for arm in arms]
 
 
+def vllm_base_url(host: Any, port: Any) -> str:
+    """Bind address + port -> base URL for a client on the host (see benchgate.serve.base_url)."""
+    try:
+        return str(_serve().base_url(host, port))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_base_url: {exc}") from exc
+
+
+def systemd_env_line(name: Any, value: Any) -> str:
+    """NAME + value -> one EnvironmentFile line (see benchgate.serve.env_file_line)."""
+    try:
+        return str(_serve().env_file_line(name, value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"systemd_env_line: {exc}") from exc
+
+
+def control_character_settings(settings: Any) -> list[str]:
+    """Mapping of settings -> names whose strings hold control characters."""
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError("control_character_settings expects a mapping of settings")
+    return list(_serve().control_character_settings(settings))
+
+
+def token_errors(value: Any, name: str = "the token") -> list[str]:
+    """An API key or hub token -> problems; [] when unset or usable."""
+    return list(_serve().token_errors(name, value))
+
+
 class FilterModule:
     """vLLM command line and systemd quoting filters."""
 
@@ -229,4 +264,8 @@ class FilterModule:
             "vllm_speculative_errors": vllm_speculative_errors,
             "vllm_cli_generation": vllm_cli_generation,
             "vllm_speculative_arms": vllm_speculative_arms,
+            "vllm_base_url": vllm_base_url,
+            "systemd_env_line": systemd_env_line,
+            "control_character_settings": control_character_settings,
+            "token_errors": token_errors,
         }

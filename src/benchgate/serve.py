@@ -50,11 +50,16 @@ __all__ = [
     "CLI_GENERATIONS",
     "DRAFT_MODEL_METHODS",
     "SPECULATIVE_METHODS",
+    "base_url",
     "build_serve_argv",
+    "control_character_settings",
     "detect_cli_generation",
+    "env_file_line",
     "normalize_speculative",
+    "read_env_file_value",
     "speculative_args",
     "systemd_quote_argv",
+    "token_errors",
     "validate_speculative",
 ]
 
@@ -523,7 +528,8 @@ def build_serve_argv(
 ) -> list[str]:
     """The argv of ``<executable> serve <model> ...``, one option per setting given.
 
-    Options left ``None`` are not written (vLLM's default applies). The
+    Options left ``None`` are not written (vLLM's default applies), nor is
+    ``max_model_len=0`` (the model's own length, the role's default). The
     speculative options come last but one, then ``extra_args`` as given, so
     a user's extra option can still override an earlier one (argparse keeps the
     last value).
@@ -540,6 +546,8 @@ def build_serve_argv(
     if not isinstance(model, str) or not model:
         raise ValueError("model must be a model path (or id), got an empty value")
     argv = [executable, "serve", model]
+    if max_model_len == 0 and not isinstance(max_model_len, bool):
+        max_model_len = None  # 0 = the model's own context length: vLLM's default
     for option, value in (
         ("--served-model-name", served_model_name),
         ("--host", host),
@@ -673,3 +681,147 @@ def systemd_quote_argv(argv: Sequence[str]) -> str:
     if "$" in exe:
         raise ValueError(f"the executable path cannot contain '$': {exe!r}")
     return " ".join(_quote_word(word) for word in argv)
+
+
+# --------------------------------------------------------------------------
+# values that reach the unit file and the EnvironmentFile
+# --------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# An HTTP bearer token: printable ASCII, no spaces (RFC 6750's b64token is
+# narrower; vLLM compares the header byte for byte, so any of these works).
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+# Characters a backslash escapes inside a double-quoted EnvironmentFile value
+# (systemd's env-file parser, like sh: \" \\ \` \$); any other backslash stays.
+_ENV_ESCAPED = '"\\`$'
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def control_character_settings(settings: Mapping[str, Any]) -> list[str]:
+    """The names of the settings whose strings hold a control character.
+
+    A newline in a value that lands on a unit line (``Description=``,
+    ``User=``, ``Environment=``) starts a new line in the unit file: a new
+    section or an ``ExecStartPre=+...`` that runs as root. Nested lists and
+    mappings are searched too (their keys included); the names come back as
+    ``name``, ``name[2]`` or ``name.key``.
+    """
+    found: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, str):
+            if _CONTROL.search(value):
+                found.append(path)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str) and _CONTROL.search(key):
+                    found.append(f"{path} (key {key!r})")
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+
+    for name, value in settings.items():
+        walk(value, str(name))
+    return found
+
+
+def token_errors(name: str, value: Any) -> list[str]:
+    """Problems of an API key or hub token ("" = unset is fine).
+
+    Tokens travel in HTTP headers (``Authorization: Bearer <key>``): only
+    printable ASCII without spaces reaches the server and every client alike.
+    """
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str):
+        return [f"{name} must be a string, got {type(value).__name__}"]
+    if _TOKEN.fullmatch(value):
+        return []
+    # Say which kind of character, never the value: this message is logged.
+    kinds = []
+    if _CONTROL.search(value):
+        kinds.append("a control character (newline, tab, ...)")
+    if " " in value:
+        kinds.append("a space")
+    if any(ord(ch) > 0x7E for ch in value):
+        kinds.append("a non-ASCII character")
+    return [
+        f"{name} may hold only printable ASCII without spaces (it travels in an HTTP "
+        f"header); it contains {' and '.join(kinds)}"
+    ]
+
+
+def env_file_line(name: str, value: Any) -> str:
+    """One ``NAME="value"`` line of a systemd EnvironmentFile that reads back as ``value``.
+
+    Inside double quotes systemd (and sh) turn ``\\"``, ``\\\\``, ``\\``` and
+    ``\\$`` into the character and keep every other character as it is, so
+    these four are escaped and nothing else. Names must be shell-style
+    identifiers; control characters are refused (the preflight says which
+    setting holds one).
+    """
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise ValueError(f"environment variable names are letters, digits and '_': {name!r}")
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value)
+        if isinstance(value, bool)
+        else str(value)
+    )
+    if _CONTROL.search(text):
+        raise ValueError(f"the value of {name} holds a control character")
+    escaped = "".join("\\" + ch if ch in _ENV_ESCAPED else ch for ch in text)
+    return f'{name}="{escaped}"'
+
+
+def read_env_file_value(line_value: str) -> str:
+    """The value of one ``NAME=...`` line as systemd reads it (the inverse of env_file_line).
+
+    Handles what :func:`env_file_line` writes (double quotes with backslash
+    escapes), single quotes (taken literally) and unquoted values (trimmed).
+    """
+    text = line_value.strip()
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1]
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        out = []
+        body = text[1:-1]
+        i = 0
+        while i < len(body):
+            ch = body[i]
+            if ch == "\\" and i + 1 < len(body) and body[i + 1] in _ENV_ESCAPED:
+                out.append(body[i + 1])
+                i += 2
+                continue
+            out.append(ch)
+            i += 1
+        return "".join(out)
+    return text
+
+
+def base_url(host: Any, port: Any) -> str:
+    """The URL a client on the host itself uses to reach a server bound to ``host:port``.
+
+    A wildcard bind (``0.0.0.0``, ``::`` or empty) is reached on loopback;
+    any other address as it is, IPv6 literals in brackets.
+
+    >>> base_url("0.0.0.0", 8000), base_url("10.88.0.5", "8001"), base_url("fd00::5", 80)
+    ('http://127.0.0.1:8000', 'http://10.88.0.5:8001', 'http://[fd00::5]:80')
+    """
+    text = "" if host is None else str(host).strip()
+    if isinstance(port, bool) or not str(port).strip().isdigit():
+        raise ValueError(f"port must be a number 1-65535, got {port!r}")
+    number = int(str(port).strip())
+    if not 1 <= number <= 65535:
+        raise ValueError(f"port must be a number 1-65535, got {port!r}")
+    if text in ("", "0.0.0.0"):
+        text = "127.0.0.1"
+    elif text in ("::", "[::]"):
+        text = "::1"
+    if _CONTROL.search(text) or any(ch in text for ch in " /?#@"):
+        raise ValueError(f"host must be an address or a host name, got {host!r}")
+    if ":" in text and not text.startswith("["):
+        text = f"[{text}]"
+    return f"http://{text}:{number}"

@@ -28,7 +28,7 @@ import urllib.request
 
 def unit_state(unit):
     out = subprocess.run(
-        ["systemctl", "show", "-p", "ActiveState,NRestarts,SubState", unit],
+        ["systemctl", "show", "-p", "ActiveState,NRestarts,SubState,ExecMainStatus", unit],
         capture_output=True, text=True, check=False,
     ).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -112,6 +112,29 @@ def write_record(path, record):
     return None
 
 
+ENV_ESCAPED = '"\\`$'
+
+
+def env_value(text):
+    """One EnvironmentFile value as systemd reads it: in double quotes a
+    backslash escapes " \\ ` $ and is kept before anything else; single quotes
+    are literal; an unquoted value is trimmed (benchgate.serve.read_env_file_value)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1]
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        out, body, i = [], text[1:-1], 0
+        while i < len(body):
+            if body[i] == "\\" and i + 1 < len(body) and body[i + 1] in ENV_ESCAPED:
+                out.append(body[i + 1])
+                i += 2
+            else:
+                out.append(body[i])
+                i += 1
+        return "".join(out)
+    return text
+
+
 def api_key_from(env_file):
     """VLLM_API_KEY from the service's 0600 EnvironmentFile ("" when unset).
 
@@ -124,8 +147,7 @@ def api_key_from(env_file):
         for line in handle:
             name, sep, value = line.strip().partition("=")
             if sep and name == "VLLM_API_KEY":
-                value = value.strip()
-                return json.loads(value) if value.startswith('"') else value
+                return env_value(value)
     return ""
 
 
@@ -166,6 +188,13 @@ def main():
             fail("%s crashed while starting (state %s/%s, restarts %s)" % (
                 args.unit, state.get("ActiveState"), state.get("SubState"),
                 state.get("NRestarts")), args.unit)
+        # Restart=on-failure does not restart a server that exits with 0 (say,
+        # an option that prints help and exits): nothing will ever answer.
+        if state.get("ActiveState") == "inactive":
+            fail("%s exited while starting (state %s/%s, exit status %s): it is not "
+                 "running, so it will not answer" % (
+                     args.unit, state.get("ActiveState"), state.get("SubState"),
+                     state.get("ExecMainStatus", "?")), args.unit)
         try:
             if healthy_after is None:
                 polls += 1
