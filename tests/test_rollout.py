@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import stat
@@ -227,6 +228,11 @@ def test_a_second_rollout_waits_for_nobody_and_says_who_runs(project: Path, tmp_
         rest, _ = first.communicate(timeout=180)
     assert first.returncode == rollout.EXIT_OK, rest
     assert len(_runs(project)) == 1  # the refused rollout started no run
+    # The rollout noted the session of the ansible-playbook it started (runner
+    # gives it one of its own): what keeps the lock busy if the rollout is killed.
+    record = json.loads(lock_file.read_text())
+    assert record["pid"] == first.pid
+    assert isinstance(record["child"], int) and record["session"] == record["child"]
 
 
 def test_no_release_is_an_error_before_anything_runs(project: Path) -> None:
@@ -394,3 +400,82 @@ def test_secrets_stay_out_of_runner_files_and_state_is_private(
     assert _mode(run / "benchgate") == 0o700
     assert _mode(artifacts / "ledger.sqlite") == 0o600
     assert _mode(artifacts / "rollout.lock") == 0o600
+
+
+FAKE_PLAYBOOK = """#!/bin/sh
+# A stand-in for ansible-playbook that keeps "changing hosts" until told to stop.
+echo $$ > "$FAKE_PID_FILE"
+while [ ! -e "$FAKE_GO_FILE" ]; do sleep 0.1; done
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie has exited; no reaper may be around to collect it)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_killed_rollout_keeps_the_lock_while_its_playbook_runs(
+    project: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ansible-playbook"
+    fake.write_text(FAKE_PLAYBOOK)
+    fake.chmod(0o755)
+    lock_file = tmp_path / "rollout.lock"
+    go = tmp_path / "go"
+    cmd = [sys.executable, "-m", "benchgate.cli", "rollout", "--project-dir", str(project)]
+    cmd += ["--lock-file", str(lock_file), "-e", "vllm_version=1.0.0"]
+
+    now = tmp_path / "now"
+    now.touch()
+
+    def env(pid_file: Path, go_file: Path = now) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "FAKE_PID_FILE": str(pid_file),
+            "FAKE_GO_FILE": str(go_file),
+        }
+
+    first_child = tmp_path / "first.pid"
+    first = subprocess.Popen(cmd, env=env(first_child, go), stdout=subprocess.DEVNULL)
+    child = 0
+    try:
+        _wait_for(lambda: first_child.is_file() and first_child.read_text().strip(), "the child")
+        child = int(first_child.read_text())
+        first.kill()  # SIGKILL: no clean-up of any kind
+        first.wait(timeout=30)
+        assert _alive(child)
+
+        # The playbook still runs: a second rollout is refused and says why.
+        second_child = tmp_path / "second.pid"
+        second = subprocess.run(
+            cmd, env=env(second_child), capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode == rollout.EXIT_LOCKED, second.stdout + second.stderr
+        assert "another rollout is running" in second.stderr
+        assert f"pid {child}" in second.stderr and "still running" in second.stderr
+        assert f"pid {first.pid}" in second.stderr  # the rollout that started it
+        assert not second_child.exists()  # it started nothing
+        assert _alive(child)
+    finally:
+        go.touch()
+        if child:
+            _wait_for(lambda: not _alive(child), "the child to finish")
+    # The playbook ended: the next rollout goes ahead.
+    third_child = tmp_path / "third.pid"
+    third = subprocess.run(cmd, env=env(third_child), capture_output=True, text=True, timeout=120)
+    assert third.returncode == rollout.EXIT_OK, third.stdout + third.stderr
+    assert third_child.is_file()

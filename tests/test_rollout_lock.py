@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,71 @@ def test_extra_vars_are_not_written_into_the_lock_file(tmp_path: Path) -> None:
 )
 def test_every_spelling_of_extra_vars_is_redacted(argv: list[str], expected: list[str]) -> None:
     assert redact_extra_vars(["ansible-playbook", *argv]) == ["ansible-playbook", *expected]
+
+
+# Holds the lock, starts a "playbook" that carries the lock's environment in a
+# session of its own (as runner's pexpect does), notes it in the lock, and a
+# "daemon" that carries the environment too but left for yet another session
+# (as an ssh ControlPersist master does); then waits to be killed.
+SPAWNER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from benchgate.rollout import RolloutLock
+    lock = RolloutLock(sys.argv[1], ["benchgate", "rollout", "-e", "vllm_version=1.0.0"])
+    lock.acquire()
+    env = {**os.environ, **lock.environment}
+    wait = [sys.executable, "-c", "import os, sys, time\\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.05)", sys.argv[2]]
+    playbook = subprocess.Popen(wait, env=env, start_new_session=True)
+    lock.record_session(playbook.pid)
+    daemon = subprocess.Popen(wait[:-1] + [sys.argv[3]], env=env, start_new_session=True)
+    print(playbook.pid, daemon.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_lock_stays_busy_while_what_a_killed_holder_started_runs(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.lock"
+    playbook_done, daemon_done = tmp_path / "playbook-done", tmp_path / "daemon-done"
+    spawner = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER, str(path), str(playbook_done), str(daemon_done)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert spawner.stdout is not None
+        playbook, daemon = (int(x) for x in spawner.stdout.readline().split())
+        spawner.kill()
+        spawner.wait(timeout=30)
+        assert _running(playbook) and _running(daemon)
+
+        with pytest.raises(LockBusy) as busy:
+            RolloutLock(path, ["second"]).acquire()
+        text = describe_holder(busy.value.holder)
+        assert f"pid {playbook}" in text and "still running" in text
+        assert f"pid {spawner.pid}" in text  # the rollout that started it
+        assert f"pid {daemon}" not in text  # another session: not the playbook
+        assert json.loads(path.read_text())["pid"] == spawner.pid  # record untouched
+
+        playbook_done.touch()
+        deadline = time.monotonic() + 30
+        while _running(playbook):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # Only the daemon is left: it does not hold the lock.
+        assert _running(daemon)
+        with RolloutLock(path, ["third"]):
+            assert json.loads(path.read_text())["command"] == "third"
+    finally:
+        playbook_done.touch()
+        daemon_done.touch()
+        spawner.kill()

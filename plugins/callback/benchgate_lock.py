@@ -24,9 +24,14 @@ description:
     takes. When another process holds it, prints who (pid, user, host, start time,
     command) and exits with status 75 before any task runs.
   - The kernel drops the lock when the process ends, however it ends, so a killed
-    controller leaves no stale lock; the re-run takes it again.
+    controller leaves no stale lock; the re-run takes it again. What a killed holder
+    started and that still runs keeps it busy, though (an ansible-playbook left running
+    by a C(kill -9) of C(benchgate rollout)); the message names that process.
   - A run started by C(benchgate rollout) (the holder is an ancestor of this process)
     goes ahead under that rollout's lock.
+  - The processes this run starts (modules on a local connection, ssh) carry the lock's
+    token in their environment (C(BENCHGATE_LOCK_TOKEN)), so those still running when
+    this process is killed keep the lock busy.
   - "The lock file is C(BENCHGATE_LOCK_FILE) when set (C(benchgate rollout) sets it for
     the runs it starts), else C(artifacts/rollout.lock) in the repository that holds the
     playbook: the default of C(benchgate rollout)."
@@ -43,25 +48,6 @@ from ansible.plugins.callback import CallbackBase
 
 LOCKED_PLAYBOOKS = frozenset({"upgrade.yml", "rollback.yml", "deploy.yml", "speculative_ab.yml"})
 EXIT_LOCKED = 75  # as `benchgate rollout`: EX_TEMPFAIL, try again later
-
-
-def ancestors(pid: int) -> set[int]:
-    """The pids above ``pid`` (its parent, the parent's parent, ...), from /proc."""
-    found: set[int] = set()
-    while pid > 1 and pid not in found:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
-        except OSError:
-            break
-        ppid = next(
-            (int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), 0
-        )
-        if ppid:
-            found.add(ppid)
-        pid = ppid
-    if not found:  # no /proc: at least the parent
-        found.add(os.getppid())
-    return found
 
 
 def default_lock_file(playbook_path: str) -> Path:
@@ -86,7 +72,13 @@ class CallbackModule(CallbackBase):
         if os.path.basename(path) not in LOCKED_PLAYBOOKS or self._lock is not None:
             return
         try:
-            from benchgate.rollout import LockBusy, RolloutLock, describe_holder
+            from benchgate.rollout import (
+                TOKEN_VARIABLE,
+                LockBusy,
+                RolloutLock,
+                ancestors,
+                describe_holder,
+            )
         except ImportError:
             self._display.warning(
                 "benchgate_lock: the benchgate package is not importable in this Python, "
@@ -99,8 +91,11 @@ class CallbackModule(CallbackBase):
         try:
             lock.acquire()
         except LockBusy as busy:
-            if busy.holder.get("pid") in ancestors(os.getpid()):
-                return  # started by `benchgate rollout`, which holds the lock
+            above = ancestors(os.getpid())
+            started_by = [busy.holder.get("pid")]
+            started_by += [p.get("pid") for p in busy.holder.get("survivors") or []]
+            if any(pid in above for pid in started_by):
+                return  # started by `benchgate rollout` (or its playbook), which holds the lock
             self._display.error(
                 f"another rollout is running: {describe_holder(busy.holder)} "
                 f"(lock file {busy.path}); this run changed nothing. "
@@ -112,3 +107,6 @@ class CallbackModule(CallbackBase):
             self._display.error(f"benchgate_lock: cannot open the lock file {lock_file}: {exc}")
             raise SystemExit(EXIT_LOCKED) from None
         self._lock = lock
+        # What this run starts carries the token: still running after a kill -9
+        # of this process, it keeps the lock busy.
+        os.environ[TOKEN_VARIABLE] = lock.token

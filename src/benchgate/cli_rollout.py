@@ -238,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"benchgate rollout: cannot open the lock file: {exc}", file=err)
         return rollout.EXIT_ERROR
+    settings.lock = lock
 
     stop = {"requested": False}
 

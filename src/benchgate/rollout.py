@@ -28,12 +28,15 @@ import fcntl
 import getpass
 import json
 import os
+import secrets
 import shlex
 import shutil
 import socket
 import sqlite3
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -70,13 +73,24 @@ class LockBusy(Exception):
 
 
 def describe_holder(holder: Mapping[str, Any]) -> str:
-    """``pid 123 (alice@ctl, since ..., command: ...)``; tolerant of a partial record."""
+    """``pid 123 (alice@ctl, since ..., command: ...)``; tolerant of a partial record.
+
+    A holder that is gone while what it started still runs (``survivors``):
+    ``ansible-playbook pid 456 (...) is still running, started by pid 123 (...), which is gone``.
+    """
     if not holder:
         return "another process (it has not written its name yet)"
     who = f"{holder.get('user', '?')}@{holder.get('host', '?')}"
-    text = f"pid {holder.get('pid', '?')} ({who}, since {holder.get('started_at', '?')})"
-    if holder.get("command"):
-        text += f", command: {holder['command']}"
+    command = f", command: {holder['command']}" if holder.get("command") else ""
+    text = f"pid {holder.get('pid', '?')} ({who}, since {holder.get('started_at', '?')}{command})"
+    survivors = holder.get("survivors") or []
+    if survivors:
+        first = survivors[0]
+        more = f" and {len(survivors) - 1} more of its processes" if len(survivors) > 1 else ""
+        text = (
+            f"pid {first.get('pid', '?')} ({first.get('command', '?')}){more} is still running, "
+            f"started by {text}, which is gone; wait for it to finish, or stop it"
+        )
     return text
 
 
@@ -148,21 +162,43 @@ def _redact_short_cluster(arg: str) -> str:
     return arg[: found[1] + 1] + "<hidden>"
 
 
+#: Set for every process a lock holder starts (``RolloutLock.environment``): how
+#: the processes of a run are told apart from any other on the controller.
+TOKEN_VARIABLE = "BENCHGATE_LOCK_TOKEN"
+
+
 class RolloutLock:
     """An exclusive, non-blocking ``lockf`` on ``path`` for the life of the rollout.
 
-    The kernel drops the lock when the holder exits, however it exits, so a
-    crashed rollout never leaves a stale lock behind; the file's content (who
-    held it last) is only read while the lock is held by someone else. A POSIX
-    lock, not ``flock``: forked children (Ansible's workers) do not inherit it,
-    so a worker that outlives a killed controller cannot keep it. It belongs to
-    the process: a second acquire in the same process does not block.
+    The kernel drops the lock when the holder exits, however it exits; the
+    file's content (who held it last) is read while the lock is held by
+    someone else. A POSIX lock belongs to the process: a second acquire in the
+    same process does not block, and children do not inherit it.
+
+    What the holder starts can outlive it: ``kill -9`` of ``benchgate rollout``
+    leaves its ansible-playbook running (runner starts it in a session of its
+    own). So the record also holds a random ``token``, which the holder puts
+    into the environment of what it starts (:attr:`environment`, a new one per
+    run: :meth:`new_run`), and the ``session`` of its ansible-playbook
+    (:meth:`record_session`). A free lock whose last record has a live process
+    carrying the token (in that session, once it is known) is busy:
+    :class:`LockBusy` with those processes as ``survivors``. Processes that
+    carry the token but left for a session of their own (an ssh ControlPersist
+    master, a container monitor) do not hold it. Linux only (``/proc``);
+    elsewhere only the lock itself counts.
     """
 
     def __init__(self, path: str | Path, command: Sequence[str] | None = None) -> None:
         self.path = Path(path)
         self.command = " ".join(redact_extra_vars(command if command is not None else sys.argv))
+        self.token = f"{os.getpid()}-{secrets.token_hex(8)}"
         self._handle: TextIO | None = None
+        self._record: dict[str, Any] = {}
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """For the environment of what the holder starts (ansible-playbook)."""
+        return {"BENCHGATE_LOCK_FILE": str(self.path), TOKEN_VARIABLE: self.token}
 
     def acquire(self) -> dict[str, Any]:
         """Take the lock or raise :class:`LockBusy`; return the record written."""
@@ -177,27 +213,63 @@ class RolloutLock:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):  # not "held by another process"
                 handle.close()
                 raise
-            handle.seek(0)
-            text = handle.read()
+            holder = _read_record(handle)
             handle.close()
-            try:
-                holder = json.loads(text) if text.strip() else {}
-            except json.JSONDecodeError:
-                holder = {"command": text.strip()[:200]}
-            raise LockBusy(self.path, holder if isinstance(holder, dict) else {}) from None
-        record = {
+            raise LockBusy(self.path, holder) from None
+        last = _read_record(handle)
+        survivors = _survivors(last)
+        if survivors:
+            fcntl.lockf(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
+            raise LockBusy(self.path, {**last, "survivors": survivors})
+        self._record = {
             "pid": os.getpid(),
             "user": _user(),
             "host": socket.gethostname(),
             "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": self.command,
+            "token": self.token,
+            "session": os.getsid(0),
         }
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
         self._handle = handle
-        return record
+        self._write()
+        return dict(self._record)
+
+    def new_run(self) -> dict[str, str]:
+        """Before starting a run (one ansible-playbook): a new token, the session not
+        known yet. Return the environment to start it with.
+
+        Until :meth:`record_session` names its session, every live process that
+        carries the new token holds the lock: a ``kill -9`` of the holder right
+        after it started the run still leaves the lock busy.
+        """
+        self.token = f"{os.getpid()}-{secrets.token_hex(8)}"
+        if self._handle is not None:
+            self._record.update(token=self.token, session=None, child=None)
+            self._write()
+        return self.environment
+
+    def record_session(self, pid: int) -> None:
+        """``pid`` (ansible-playbook) was started in a session of its own: it and
+        the processes of its session that carry the token hold the lock too."""
+        if self._handle is None:
+            return
+        try:
+            self._record["session"] = os.getsid(pid)
+        except OSError:  # gone already
+            return
+        self._record["child"] = pid
+        self._write()
+
+    def _write(self) -> None:
+        assert self._handle is not None
+        text = json.dumps(self._record, sort_keys=True) + "\n"
+        # Over the old record, then cut: a reader never finds the file empty.
+        self._handle.seek(0)
+        self._handle.write(text)
+        self._handle.flush()
+        self._handle.truncate()
+        self._handle.flush()
 
     def release(self) -> None:
         if self._handle is not None:
@@ -211,6 +283,143 @@ class RolloutLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _read_record(handle: TextIO) -> dict[str, Any]:
+    """The record in the lock file; tolerant of a record being rewritten or cut."""
+    text = ""
+    for _ in range(20):
+        handle.seek(0)
+        text = handle.read()
+        if not text.strip():
+            return {}
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            time.sleep(0.05)  # being rewritten: read it again
+            continue
+        return record if isinstance(record, dict) else {}
+    return {"command": text.strip()[:200]}
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, session) of ``pid`` from ``/proc``; None when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    try:
+        return fields[0], int(fields[1]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _carries(pid: int, token: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or another user's
+        return False
+    return f"{TOKEN_VARIABLE}={token}".encode() in environ.split(b"\0")
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def _command_of(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    text = " ".join(" ".join(redact_extra_vars(argv)).split())
+    return text[:200] + ("..." if len(text) > 200 else "")
+
+
+def _survivors(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Live processes that carry ``record``'s token, in its session when it names one."""
+    token, session = record.get("token"), record.get("session")
+    if not isinstance(token, str):
+        return []
+    mine = {os.getpid(), *ancestors(os.getpid())}
+    found = []
+    for pid in _pids():
+        info = _proc_stat(pid)
+        if pid in mine or info is None or info[0] == "Z":
+            continue
+        if isinstance(session, int) and info[2] != session:
+            continue
+        if _carries(pid, token):
+            found.append({"pid": pid, "command": _command_of(pid)})
+    child = record.get("child")
+    found.sort(key=lambda item: (item["pid"] != child, item["pid"]))
+    return found
+
+
+def ancestors(pid: int) -> set[int]:
+    """The pids above ``pid`` (its parent, the parent's parent, ...), from /proc."""
+    found: set[int] = set()
+    while pid > 1 and pid not in found:
+        info = _proc_stat(pid)
+        ppid = info[1] if info else 0
+        if ppid:
+            found.add(ppid)
+        pid = ppid
+    if not found:  # no /proc: at least the parent
+        found.add(os.getppid())
+    return found
+
+
+class ChildWatch:
+    """While a phase runs: find the ansible-playbook runner starts (a child of this
+    process that carries the lock's token) and note its session in the lock.
+
+    Polls every ``interval`` seconds until it is found, then stops: runner
+    starts one ansible-playbook per run. Runner execs it within milliseconds of
+    forking it; until its session is noted, the token alone keeps the lock busy
+    (:meth:`RolloutLock.new_run`).
+    """
+
+    def __init__(self, lock: RolloutLock, interval: float = 0.05) -> None:
+        self.lock = lock
+        self.interval = interval
+        self.found: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="benchgate-child-watch", daemon=True)
+
+    def _run(self) -> None:
+        while self.found is None and not self._stop.wait(self.interval):
+            for pid in _children():
+                if _carries(pid, self.lock.token):
+                    self.found = pid
+                    self.lock.record_session(pid)
+                    break
+
+    def __enter__(self) -> ChildWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _children() -> list[int]:
+    """This process's children (``/proc/<pid>/task/<tid>/children``, else a scan)."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{me}/task"):
+            text = Path(f"/proc/{me}/task/{tid}/children").read_text(encoding="ascii")
+            found.extend(int(pid) for pid in text.split())
+        return found
+    except (OSError, ValueError):
+        pass
+    return [pid for pid in _pids() if (info := _proc_stat(pid)) is not None and info[1] == me]
 
 
 def _user() -> str:
@@ -325,6 +534,9 @@ class Settings:
     # The lock this rollout holds; told to the benchgate_lock callback of the
     # ansible-playbook runs it starts (they go ahead under it).
     lock_file: Path | None = None
+    # Held: its environment goes to ansible-playbook, which keeps the lock busy
+    # while it runs, even when this process is killed.
+    lock: RolloutLock | None = None
 
 
 @dataclass
@@ -554,6 +766,8 @@ def run_phase(
     envvars = {"BENCHGATE_SUMMARY_FILE": str(summary_file)}
     if settings.lock_file is not None:
         envvars["BENCHGATE_LOCK_FILE"] = str(settings.lock_file)
+    if settings.lock is not None:
+        envvars.update(settings.lock.new_run())
     callbacks = settings.project_dir / "plugins" / "callback"
     if callbacks.is_dir():
         # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS to its own folder, which
@@ -564,8 +778,10 @@ def run_phase(
         limit = f"{phase.group}:&{settings.limit}"
     since = ledger.utcnow()
     events = _Events(on_event, artifact_dir, envvars, _write_extra_vars(settings.extravars))
+    watch = ChildWatch(settings.lock) if settings.lock is not None else contextlib.nullcontext()
     try:
-        runner = _run_runner(settings, run_id, limit, extravars, envvars, events, cancelled)
+        with watch:
+            runner = _run_runner(settings, run_id, limit, extravars, envvars, events, cancelled)
     except (OSError, ansible_runner.exceptions.AnsibleRunnerException) as exc:
         raise RolloutError(f"ansible-runner could not start the playbook: {exc}") from exc
     finally:
