@@ -116,8 +116,6 @@ def test_verify_curve_table_and_file(tmp_path):
     path.write_text(json.dumps([1.0, 1.5]))
     rows = predict([0.9], 0.1, str(path))
     assert rows[1].step_cost == pytest.approx(0.1 + 1.5)
-    with pytest.raises(ValueError, match="must not fall"):
-        load_verify_curve([1.0, 0.9])
     with pytest.raises(ValueError, match="n = 1"):
         load_verify_curve({2: 1.0})
 
@@ -166,3 +164,109 @@ def test_cli_registered_in_benchgate():
 
     args = cli.build_parser().parse_args(["advise", "--acceptance", "50"])
     assert args._run is cli_advise.run
+
+
+# issue 18: an fp8 Qwen3-14B step on the H200, 4.66 ms for one token, 4.58 ms for two
+DIPPING_MS = [4.66, 4.58, 4.70, 4.69, 4.75]
+
+
+def test_a_dipping_measured_curve_is_fitted_not_refused(tmp_path):
+    curve = load_verify_curve(DIPPING_MS)
+    assert isinstance(curve, advisor.TableCurve)
+    # pool-adjacent-violators: (4.66, 4.58) -> 4.62 twice, (4.70, 4.69) -> 4.695 twice
+    assert [curve(n) for n in range(1, 6)] == pytest.approx(
+        [1.0, 1.0, 4.695 / 4.62, 4.695 / 4.62, 4.75 / 4.62]
+    )
+    assert all(curve(n + 1) >= curve(n) for n in range(1, 8))
+    assert curve.fit_note and "n=2: 4.58 < 4.66" in curve.fit_note
+    assert "non-decreasing fit" in curve.fit_note
+    path = tmp_path / "fp8-curve.json"
+    path.write_text(json.dumps({str(i + 1): v for i, v in enumerate(DIPPING_MS)}))
+    rc, text = _run_cli("--acceptance", "79.3,65.1,55.0", "--verify-curve", str(path))
+    assert rc == 0
+    assert "note: verify curve: the measured verify costs fall at n=2: 4.58 < 4.66" in text
+
+
+def test_monotone_fit_keeps_rising_data_and_pools_dips():
+    assert advisor.monotone_fit([1.0, 1.1, 1.3]) == [1.0, 1.1, 1.3]
+    assert advisor.monotone_fit([1.0, 0.9]) == pytest.approx([0.95, 0.95])
+    assert advisor.monotone_fit([3.0, 1.0, 2.0]) == pytest.approx([2.0, 2.0, 2.0])
+    assert load_verify_curve([1.0, 1.1]).fit_note is None  # type: ignore[attr-defined]
+
+
+# H200, vLLM 0.26.0, Qwen3-14B-shaped target, Qwen3-4B-shaped draft, concurrency 1
+# (docs/calibration/h200-vllm.md): plain 116.9 tok/s; per-position acceptance measured.
+H200_K3_RATES = [0.792, 0.628, 0.531]
+
+
+def test_draft_cost_from_an_arm_and_its_prediction():
+    c = advisor.draft_cost_from_arm(H200_K3_RATES, 3, 76.4 / 116.9)
+    assert c == pytest.approx((2.951 / (76.4 / 116.9) - 1.0) / 3)
+    assert 1.1 < c < 1.25  # the drafting step cost more than a target step
+    rows = predict([0.793], c)
+    assert rows[1].speedup == pytest.approx(96.1 / 116.9, rel=0.05)  # k=1 measured: 0.822
+    assert advisor.draft_cost_from_arm([0.8], 1, 100.0) == 0.0  # never below 0
+    with pytest.raises(ValueError):
+        advisor.draft_cost_from_arm([0.8], 2, 0.5)
+    with pytest.raises(ValueError):
+        advisor.draft_cost_from_arm([0.8], 1, 0.0)
+
+
+def _result(tok_s: float, per_pos: list[float] | None = None) -> dict:
+    trials = []
+    for _ in range(3):
+        server: dict = {"ok": True, "spec_decode": None}
+        if per_pos:
+            server["spec_decode"] = {
+                "drafts": 100,
+                "draft_tokens": 100 * len(per_pos),
+                "accepted_tokens": 100 * sum(per_pos),
+                "per_position_acceptance": per_pos,
+            }
+        trials.append({"valid": True, "server": server})
+    return {"summary": {"metrics": {"output_tokens_per_s": {"median": tok_s}}}, "trials": trials}
+
+
+def test_cli_fits_c_from_results(tmp_path):
+    plain, arm = tmp_path / "off.json", tmp_path / "k3.json"
+    plain.write_text(json.dumps(_result(116.9)))
+    arm.write_text(json.dumps(_result(76.4, H200_K3_RATES)))
+    rc, text = _run_cli("--fit-results", str(plain), str(arm), "--json")
+    data = json.loads(text)
+    assert rc == 0 and data["rates"] == pytest.approx(H200_K3_RATES)
+    assert data["draft_cost"] == pytest.approx(
+        advisor.draft_cost_from_arm(H200_K3_RATES, 3, 76.4 / 116.9)
+    )
+    assert data["rows"][3]["speedup"] == pytest.approx(76.4 / 116.9)  # fitted exactly there
+    assert data["best_k"] is None and "fitted to the measured arm k=3" in data["notes"][0]
+    rc, text = _run_cli("--acceptance", "79.3,65.1,55.0", "--fit-arm", "3:0.6535")
+    assert rc == 0 and "recommendation: off" in text
+
+
+def test_cli_fit_errors(tmp_path):
+    assert _run_cli("--fit-arm", "3:0.6")[0] == 1  # no acceptance
+    assert _run_cli("--acceptance", "50", "--fit-arm", "x")[0] == 1
+    plain = tmp_path / "off.json"
+    plain.write_text(json.dumps(_result(100.0)))
+    assert _run_cli("--fit-results", str(plain), str(plain))[0] == 1  # no spec counters
+
+
+def test_a_calibration_report_is_a_verify_curve(tmp_path):
+    report = {
+        "schema": "benchgate.calibration/1",
+        "models": {
+            "qwen3-14b": {
+                "tp": {
+                    "4": {"step_s": {"1": 2.0, "2": 2.2}},
+                    "1": {"step_s": {"1": 6.835e-3, "2": 6.865e-3, "3": 6.855e-3}},
+                }
+            },
+            "qwen3-4b": {"tp": {"1": {"step_s": {"1": 1.0, "2": 5.0}}}},
+        },
+    }
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(report))
+    curve = load_verify_curve(str(path))
+    assert curve(2) == pytest.approx(curve(3)) and curve(2) > 1.0  # TP 1 of the target, fitted
+    with pytest.raises(ValueError, match="calibration report"):
+        load_verify_curve({"schema": "benchgate.calibration/1", "models": {}})

@@ -22,6 +22,14 @@ def test_split_follows_tensor_parallel_layout() -> None:
     assert 26e9 < shape.weight_bytes(1) < 27e9
 
 
+def test_qwen3_small_draft_shapes() -> None:
+    # Qwen3-4B and Qwen3-0.6B configs: projections only (no embeddings / lm_head)
+    small = calibrate.KNOWN_SHAPES["qwen3-0.6b"]
+    assert small.split(1) == [(1024, 2048 + 2 * 1024), (2048, 1024), (1024, 6144), (3072, 1024)]
+    assert 0.85e9 < small.weight_bytes(1) < 0.9e9  # 28 layers x 15.7 M params, bf16
+    assert calibrate.KNOWN_SHAPES["qwen3-4b"].weight_bytes(1) > 8 * small.weight_bytes(1)
+
+
 def test_report_on_cpu(tmp_path) -> None:
     out = tmp_path / "cal.json"
     rc = calibrate.main(

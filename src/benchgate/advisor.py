@@ -34,14 +34,17 @@ __all__ = [
     "Advice",
     "KPrediction",
     "VerifyCurve",
+    "TableCurve",
     "acceptance_from_counts",
     "advise",
     "break_even_draft_cost",
+    "draft_cost_from_arm",
     "expected_tokens",
     "flat_verify",
     "leviathan_expected_tokens",
     "leviathan_speedup",
     "load_verify_curve",
+    "monotone_fit",
     "predict",
     "wasteful_positions",
 ]
@@ -132,15 +135,87 @@ def leviathan_speedup(alpha: float, k: int, c: float) -> float:
     return leviathan_expected_tokens(alpha, k) / (k * c + 1.0)
 
 
+def monotone_fit(values: Sequence[float]) -> list[float]:
+    """Least-squares non-decreasing fit (pool-adjacent-violators, equal weights).
+
+    Measured step times jitter by a percent or two, so a flat curve can dip
+    (an fp8 Qwen3-14B step on an H200: 4.66 ms for one token, 4.58 ms for
+    two). A verify cost cannot really fall as more tokens are scored; the fit
+    replaces each run of falling points by its mean and leaves rising data as
+    it is.
+    """
+    blocks: list[list[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out: list[float] = []
+    for total, count in blocks:
+        out.extend([total / count] * int(count))
+    return out
+
+
+class TableCurve:
+    """v(n) from a measured table: normalised to v(1) = 1, interpolated linearly,
+    extended beyond the table along its last segment (never below the last value).
+
+    ``fit_note`` says how the table was changed to make it non-decreasing
+    (None when the measured values already were).
+    """
+
+    def __init__(self, points: Sequence[tuple[int, float]]) -> None:
+        points = sorted((int(n), float(v)) for n, v in points)
+        if not points or points[0][0] != 1:
+            raise ValueError("a verify curve needs the cost of scoring 1 token (n = 1) to scale by")
+        if any(v <= 0 for _, v in points):
+            raise ValueError("verify costs must be positive")
+        ns = [n for n, _ in points]
+        measured = [v for _, v in points]
+        fitted = monotone_fit(measured)
+        self.fit_note: str | None = None
+        if fitted != measured:
+            dips = [
+                f"n={ns[i + 1]}: {measured[i + 1]:.4g} < {measured[i]:.4g}"
+                for i in range(len(measured) - 1)
+                if measured[i + 1] < measured[i]
+            ]
+            largest = max(abs(f - m) / m for f, m in zip(fitted, measured))
+            self.fit_note = (
+                "the measured verify costs fall at "
+                + ", ".join(dips)
+                + "; used their least-squares non-decreasing fit (falling runs pooled to their "
+                f"mean, largest change {largest:.1%}) and normalised it to v(1) = 1"
+            )
+        base = fitted[0]
+        self.measured = {n: v / measured[0] for n, v in zip(ns, measured)}
+        self.table = [(n, v / base) for n, v in zip(ns, fitted)]
+
+    def __call__(self, n: int) -> float:
+        table = self.table
+        if n <= 1:
+            return 1.0
+        for (n0, v0), (n1, v1) in zip(table, table[1:]):
+            if n0 <= n <= n1:
+                return v0 + (v1 - v0) * (n - n0) / (n1 - n0)
+        if len(table) == 1:
+            return table[0][1]
+        (n0, v0), (n1, v1) = table[-2], table[-1]
+        return max(v1, v1 + (v1 - v0) * (n - n1) / (n1 - n0))
+
+
 def load_verify_curve(source: CurveInput) -> VerifyCurve:
     """A verify-cost curve v(n) from a callable, a table or a JSON file.
 
     ``None`` / ``"flat"`` -> v(n) = 1. A mapping ``{n: cost}`` or a list
-    ``[v(1), v(2), ...]`` is normalised so that v(1) = 1, interpolated
-    linearly, and extended beyond the table along its last segment (never
-    below the last value). A string other than ``"flat"`` is a path to a JSON
-    file holding such a mapping or list (e.g. step times measured with
-    1..n tokens scored per sequence).
+    ``[v(1), v(2), ...]`` becomes a :class:`TableCurve`: normalised so that
+    v(1) = 1, made non-decreasing where the measurement dips
+    (:func:`monotone_fit`; the curve's ``fit_note`` says so), interpolated
+    linearly and extended beyond the table along its last segment. A string
+    other than ``"flat"`` is a path to a JSON file holding such a mapping or
+    list (e.g. step times measured with 1..n tokens scored per sequence), or a
+    ``benchgate.calibrate`` report (its target's step times are used).
     """
     if source is None or source == "flat":
         return flat_verify
@@ -153,31 +228,43 @@ def load_verify_curve(source: CurveInput) -> VerifyCurve:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cannot read verify curve {source!r}: {exc}") from exc
         return load_verify_curve(data)
+    if isinstance(source, Mapping) and source.get("schema") == "benchgate.calibration/1":
+        # `python -m benchgate.calibrate` output: the target's (first model's) measured step
+        # times at the smallest tensor-parallel size it modelled.
+        try:
+            target = next(iter(source["models"].values()))
+            tp = min(target["tp"], key=int)
+            return load_verify_curve(target["tp"][tp]["step_s"])
+        except (KeyError, StopIteration, TypeError, AttributeError) as exc:
+            raise ValueError(f"calibration report without step times: {exc!r}") from exc
     if isinstance(source, Mapping):
-        points = sorted((int(n), float(v)) for n, v in source.items())
+        points = [(int(n), float(v)) for n, v in source.items()]
     else:
         points = [(i + 1, float(v)) for i, v in enumerate(source)]
-    if not points or points[0][0] != 1:
-        raise ValueError("a verify curve needs the cost of scoring 1 token (n = 1) to scale by")
-    base = points[0][1]
-    if base <= 0:
-        raise ValueError("verify costs must be positive")
-    table = [(n, v / base) for n, v in points]
-    if any(b[1] < a[1] for a, b in zip(table, table[1:])):
-        raise ValueError("verify costs must not fall as more tokens are scored")
+    return TableCurve(points)
 
-    def curve(n: int) -> float:
-        if n <= 1:
-            return 1.0
-        for (n0, v0), (n1, v1) in zip(table, table[1:]):
-            if n0 <= n <= n1:
-                return v0 + (v1 - v0) * (n - n0) / (n1 - n0)
-        if len(table) == 1:
-            return table[0][1]
-        (n0, v0), (n1, v1) = table[-2], table[-1]
-        return max(v1, v1 + (v1 - v0) * (n - n1) / (n1 - n0))
 
-    return curve
+def draft_cost_from_arm(
+    rates: Sequence[float], k: int, measured_speedup: float, verify: CurveInput = None
+) -> float:
+    """The draft cost ratio c that one measured speculative arm implies.
+
+    On the serving stack a drafting step costs what it costs: the draft's
+    kernels, its launch and sampling overheads, whether it is CUDA-graph
+    captured, its share of the scheduler. An A/B arm that ran k drafted
+    tokens per step with per-position acceptance ``rates`` and reached
+    ``measured_speedup`` (its tok/s over plain tok/s, same release and load)
+    spent E(k) / speedup target decode steps per step, so
+    ``c = (E(k) / speedup - v(k+1)) / k`` (at least 0). :func:`predict` with
+    that c predicts the other k on the same release, draft and load.
+    """
+    rates = _check_rates(rates)
+    if not 1 <= k <= len(rates):
+        raise ValueError(f"k={k} is outside 1..{len(rates)} (the positions measured)")
+    if measured_speedup <= 0:
+        raise ValueError("measured speedup must be positive (spec tok/s / plain tok/s)")
+    v = load_verify_curve(verify)
+    return max(0.0, (expected_tokens(rates, k) / measured_speedup - v(k + 1)) / k)
 
 
 # --------------------------------------------------------------------------
@@ -289,6 +376,7 @@ class Advice:
     measured_vs_predicted: float | None = None
     implied_step_cost: float | None = None  # E(k)/measured: what one step really cost
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was done to the inputs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -313,7 +401,13 @@ def advise(
     warning lists the usual reasons.
     """
     rates = _check_rates(rates)
-    rows = predict(rates, draft_cost, verify)
+    curve = load_verify_curve(verify)
+    notes = (
+        [f"verify curve: {curve.fit_note}"]
+        if isinstance(curve, TableCurve) and curve.fit_note
+        else []
+    )
+    rows = predict(rates, draft_cost, curve)
     best = max(rows[1:], key=lambda row: row.speedup)
     if best.speedup >= 1.0 + margin:
         best_k: int | None = best.k
@@ -365,4 +459,5 @@ def advise(
         measured_vs_predicted=ratio,
         implied_step_cost=implied,
         warnings=warnings,
+        notes=notes,
     )

@@ -59,6 +59,7 @@ class LayerShape:
 KNOWN_SHAPES = {
     "qwen3-14b": LayerShape("qwen3-14b", 5120, 17408, 40, 40 * 128, 8 * 128),
     "qwen3-4b": LayerShape("qwen3-4b", 2560, 9728, 36, 32 * 128, 8 * 128),
+    "qwen3-0.6b": LayerShape("qwen3-0.6b", 1024, 3072, 28, 16 * 128, 8 * 128),
     "tiny": LayerShape("tiny", 128, 352, 4, 4 * 32, 2 * 32),
 }
 

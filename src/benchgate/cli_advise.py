@@ -4,6 +4,12 @@ Example (the field report's L4 numbers)::
 
     benchgate advise --acceptance 79.3,65.1,55.0,45.3,38.6 --draft-cost 0.29 \\
         --measured-speedup 0.634
+
+The draft cost c can come from the serving stack instead of a guess: one
+measured A/B arm implies it (``--fit-arm K:SPEEDUP``, or ``--fit-results
+PLAIN.json ARM.json``, two ``benchgate bench`` results of the same release and
+load, which also give the per-position acceptance). The other k are then
+predicted from that c (docs/calibration/h200-vllm.md).
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--acceptance",
-        required=True,
         help="per-position acceptance, comma-separated, percent or fractions "
         "(accepted_per_pos / num_drafts), e.g. 79.3,65.1,55.0,45.3,38.6",
     )
@@ -61,6 +66,20 @@ def register(subparsers: Any) -> None:
         "--measured-k",
         type=int,
         help="k the measurement ran with (default: the number of acceptance rates)",
+    )
+    p.add_argument(
+        "--fit-arm",
+        metavar="K:SPEEDUP",
+        help="take c from one measured arm instead of --draft-cost: K drafted tokens per step "
+        "reached SPEEDUP (spec tok/s / plain tok/s, same release and load), e.g. 3:0.654",
+    )
+    p.add_argument(
+        "--fit-results",
+        nargs=2,
+        metavar=("PLAIN", "ARM"),
+        help="take c (and, unless --acceptance is given, the per-position acceptance) from two "
+        "`benchgate bench` result files of the same release and load: plain decoding and one "
+        "speculative arm (median output tok/s; acceptance from the server's counters)",
     )
     p.add_argument("--json", action="store_true", help="print the advice as JSON")
     p.set_defaults(_run=run)
@@ -107,23 +126,93 @@ def format_table(advice: advisor.Advice) -> str:
             f"measured/predicted at k={advice.measured_k}: {advice.measured_vs_predicted:.0%}; "
             f"implied step cost {advice.implied_step_cost:.2f} target steps"
         )
+    for note in advice.notes:
+        lines.append(f"note: {note}")
     for warning in advice.warnings:
         lines.append(f"WARNING: {warning}")
     return "\n".join(lines)
 
 
+def _median_tok_s(result: dict[str, Any], path: str) -> float:
+    metric = (result.get("summary") or {}).get("metrics", {}).get("output_tokens_per_s") or {}
+    value = metric.get("median")
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{path}: no median output_tokens_per_s in the result's summary")
+    return float(value)
+
+
+def _read_result(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read result {path!r}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a benchgate result")
+    return data
+
+
+def fit_from_results(plain_path: str, arm_path: str) -> tuple[int, float, list[float]]:
+    """(k, measured speedup, per-position acceptance) of one arm against plain decoding."""
+    from . import ab
+
+    plain, arm = _read_result(plain_path), _read_result(arm_path)
+    _, _, per_pos = ab.acceptance_of(arm)
+    if not per_pos:
+        raise ValueError(
+            f"{arm_path}: no speculative-decoding counters in its trials "
+            "(was speculative decoding on, and /metrics readable?)"
+        )
+    speedup = _median_tok_s(arm, arm_path) / _median_tok_s(plain, plain_path)
+    return len(per_pos), speedup, per_pos
+
+
+def _parse_fit_arm(text: str) -> tuple[int, float]:
+    try:
+        k_text, speedup_text = text.split(":")
+        return int(k_text), float(speedup_text)
+    except ValueError as exc:
+        raise ValueError(f"--fit-arm takes K:SPEEDUP, e.g. 3:0.654, got {text!r}") from exc
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
-        rates = advisor.parse_rates(args.acceptance)
+        fit_results = getattr(args, "fit_results", None)
+        fit_arm = getattr(args, "fit_arm", None)
+        if fit_results and fit_arm:
+            raise ValueError("give --fit-arm or --fit-results, not both")
+        fitted: tuple[int, float] | None = None
+        rates: list[float] | None = None
+        if args.acceptance:
+            rates = advisor.parse_rates(args.acceptance)
+        if fit_results:
+            k, speedup, measured_rates = fit_from_results(*fit_results)
+            rates = rates or measured_rates
+            fitted = (k, speedup)
+        elif fit_arm:
+            fitted = _parse_fit_arm(fit_arm)
+        if rates is None:
+            raise ValueError("give --acceptance (or --fit-results, whose arm measured it)")
+        draft_cost = args.draft_cost
+        notes = []
+        if fitted is not None:
+            k, speedup = fitted
+            draft_cost = advisor.draft_cost_from_arm(rates, k, speedup, args.verify_curve)
+            notes.append(
+                f"draft cost c = {draft_cost:.3f} fitted to the measured arm k={k} "
+                f"(speedup {speedup:.3f}): E({k}) / speedup - v({k + 1}) = {k} * c; "
+                "the other rows are predictions"
+            )
         advice = advisor.advise(
             rates,
-            args.draft_cost,
+            draft_cost,
             args.verify_curve,
             margin=args.margin,
             measured_speedup=args.measured_speedup,
             measured_k=args.measured_k,
         )
+        advice.notes[:0] = notes
     except ValueError as exc:
         print(f"benchgate advise: {exc}", file=sys.stderr)
         return EXIT_ERROR
