@@ -9,7 +9,6 @@ rendered into units that ``systemd-analyze verify`` checks.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -276,12 +275,9 @@ TRICKY = [
 
 
 def _wait_ready() -> Any:
-    path = ROOT / "roles" / "vllm_service" / "files" / "wait_ready.py"
-    spec = importlib.util.spec_from_file_location("wait_ready_fleet", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from test_secrets import load_wait_ready
+
+    return load_wait_ready()
 
 
 @pytest.mark.parametrize("value", TRICKY)
