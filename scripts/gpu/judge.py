@@ -101,21 +101,9 @@ def main(src_dir: str, out_dir: str) -> int:
         host = f"h200-{load}"
         base, cand = res_out / f"v24-off-{load}.json", res_out / f"v26-off-{load}.json"
         verdict_path = out / f"verdict-upgrade-{load}.json"
+        record = [*BENCHGATE, "record", "--db", str(db), "--host", host]
         sh(
-            BENCHGATE
-            + [
-                "record",
-                "--db",
-                str(db),
-                "--host",
-                host,
-                "--phase",
-                "baseline",
-                "--result",
-                str(base),
-                "--release",
-                "0.24.0",
-            ],
+            [*record, "--phase", "baseline", "--result", str(base), "--release", "0.24.0"],
             log,
             check=True,
         )
@@ -133,13 +121,8 @@ def main(src_dir: str, out_dir: str) -> int:
             log,
         )
         sh(
-            BENCHGATE
-            + [
-                "record",
-                "--db",
-                str(db),
-                "--host",
-                host,
+            [
+                *record,
                 "--phase",
                 "candidate",
                 "--result",
