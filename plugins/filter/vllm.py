@@ -2,36 +2,12 @@
 # Apache-2.0
 """Filters that turn structured vLLM settings into a command line and an ExecStart= value.
 
-The logic lives in the ``benchgate`` package (``benchgate.serve``); these
-filters only check their input and translate errors into AnsibleFilterError.
+The logic lives in the ``benchgate`` package (``benchgate.serve``, ``benchgate.ab``);
+these filters only check their input and translate errors into AnsibleFilterError.
 They need ``benchgate`` importable by the controller's Python.
 
-* ``vllm_serve_argv``: mapping of settings (executable, model, served_model_name,
-  host, port, tensor_parallel_size, max_model_len, dtype, extra_args,
-  speculative, cli) -> argv list of ``vllm serve``.
-* ``systemd_exec_quote``: argv list -> ExecStart= value that systemd splits back
-  into exactly that list (``%%`` and ``$$``, double quotes with C escapes, ``\\;``).
-* ``vllm_speculative_errors(target_tp=1, cli="config")``: speculative mapping ->
-  list of problems, empty when valid.
-* ``vllm_speculative_arms(k_sweep=[])``: candidate speculative configs ->
-  ``[{"name": "off", "config": {}}, {"name": "ngram-k3", "config": {...}}, ...]``.
-* ``vllm_cli_generation``: stdout of ``vllm serve --help=all`` ->
-  ``{"speculative": "config" | "flags" | "none", "flags": [sorted long options]}``.
-* ``vllm_base_url(port)``: the address the server binds -> the URL a client on
-  the host uses (wildcard binds -> loopback, IPv6 in brackets).
-* ``systemd_env_line(value)``: variable name -> ``NAME="value"`` line of an
-  EnvironmentFile that systemd reads back as exactly ``value``.
-* ``control_character_settings``: mapping of settings -> the names whose
-  strings hold a control character (a newline would add lines to the unit).
-* ``token_errors(name)``: an API key or token -> problems, [] when usable.
-
-Example (a task in the vllm_service role)::
-
-    ExecStart={{ {'executable': vllm_service_root ~ '/current/bin/vllm',
-                  'model': vllm_service_model, 'port': vllm_service_port,
-                  'speculative': vllm_service_speculative,
-                  'cli': __vllm_service_cli.speculative}
-                 | vllm_serve_argv | systemd_exec_quote }}
+Each filter is documented, with an example taken from the roles, in the YAML file
+of its name beside this one: ``ansible-doc -t filter vllm_serve_argv``.
 """
 
 from __future__ import annotations

@@ -141,28 +141,52 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Judge the upgraded release against the fresh baseline
+# The variables are those of playbooks/upgrade.yml and the vllm_benchmark role;
+# the two measurements are registered here so that the example stands alone.
+- name: Measure the serving release (fresh baseline)
+  vllm_benchmark:
+    base_url: "{{ vllm_benchmark_base_url }}"
+    workload: >-
+      {{ lookup('ansible.builtin.file', playbook_dir ~ '/../workloads/demo.yml') | from_yaml }}
+  vars:
+    ansible_python_interpreter: "{{ vllm_benchmark_client_root }}/client/bin/python"
+  register: __benchgate_baseline_run
+
+- name: Measure the candidate (after installing it and restarting the service)
+  vllm_benchmark:
+    base_url: "{{ vllm_benchmark_base_url }}"
+    workload: >-
+      {{ lookup('ansible.builtin.file', playbook_dir ~ '/../workloads/demo.yml') | from_yaml }}
+  vars:
+    ansible_python_interpreter: "{{ vllm_benchmark_client_root }}/client/bin/python"
+  register: __benchgate_candidate_run
+
+- name: Judge the candidate against the baseline
   benchgate_gate:
-    baseline: "{{ __vllm_benchmark_baseline.result }}"
-    candidate: "{{ __vllm_benchmark_candidate.result }}"
-    max_regression_pct: 5
+    baseline: "{{ __benchgate_baseline_run.result }}"
+    candidate: "{{ __benchgate_candidate_run.result }}"
+    max_regression_pct: "{{ benchgate_max_regression_pct | default(5) }}"
     thresholds:
       ttft_ms: 10
-    ledger: "{{ playbook_dir }}/../artifacts/ledger.sqlite"
+    ledger: "{{ benchgate_ledger | default(playbook_dir ~ '/../artifacts/ledger.sqlite') }}"
     host: "{{ inventory_hostname }}"
-    release: "{{ vllm_install_version }}"
-    baseline_release: "{{ __vllm_install_previous_version }}"
+    release: "{{ vllm_version }}"
+    baseline_release: "{{ __benchgate_baseline_run.target.server_version }}"
   delegate_to: localhost
+  become: false
   vars:
-    ansible_python_interpreter: "{{ benchgate_controller_python }}"
-  register: __vllm_benchmark_gate
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  register: __benchgate_gate
 
-- name: Roll back when the candidate is slower (or could not be shown not to be)
-  ansible.builtin.fail:
-    msg: "{{ __vllm_benchmark_gate.reasons | join('\n') }}"
-  when: not __vllm_benchmark_gate.passed
+# The play decides what a verdict does: here, fail into the rescue that rolls back.
+- name: Block the rollout when the candidate is not proven as fast
+  ansible.builtin.assert:
+    that:
+      - __benchgate_gate.passed
+    fail_msg: "{{ __benchgate_gate.verdict }}: {{ __benchgate_gate.reasons | join('; ') }}"
+    quiet: true
 
-- name: Judge two result files, throughput only
+- name: Judge two result files on the controller, throughput only
   benchgate_gate:
     baseline: /var/tmp/benchgate/baseline.json
     candidate: /var/tmp/benchgate/candidate.json

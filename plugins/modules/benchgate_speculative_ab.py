@@ -105,12 +105,23 @@ EXAMPLES = r"""
     arms:
       - {name: "off", config: {}}
       - {name: ngram-k3, config: {method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}}
-    results: "{{ __arm_results }}"
-    ledger: "{{ playbook_dir }}/../artifacts/ledger.sqlite"
+    # The result of each arm's benchmark, by arm name (playbooks/tasks/speculative_arm.yml).
+    results: "{{ __benchgate_arm_results }}"
+    objective: "{{ benchgate_speculative_objective | default('output_tokens_per_s') }}"
+    ledger: "{{ benchgate_ledger | default(playbook_dir ~ '/../artifacts/ledger.sqlite') }}"
     host: "{{ inventory_hostname }}"
     release: "{{ vllm_version }}"
   delegate_to: localhost
-  register: __choice
+  become: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  register: __benchgate_ab
+
+- name: Serve the winner
+  ansible.builtin.include_role:
+    name: vllm_service
+  vars:
+    vllm_service_speculative_override: "{{ __benchgate_ab.config }}"
 """
 
 RETURN = r"""
