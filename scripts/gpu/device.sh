@@ -5,7 +5,7 @@
 #   install I VERSION       join bundle I, install its wheels into $BG (sha256 checked)
 #   models                  write the random-weight Qwen3-shaped model folders
 #   calibrate               benchgate.calibrate: 14B target with 4B and 0.6B drafts
-#   launch B | measure B [--stop] [--then-launch N]   (scripts/gpu/experiment.py)
+#   launch B | measure B [--stop] [--then-launch N] [--max-repeats R]   (experiment.py)
 #   collect                 tar results + log tails into $OUT
 set -u
 BG=${BG:-/tmp/bg}
@@ -46,7 +46,10 @@ while [ $# -gt 0 ]; do
     measure)
       b=$1; shift; extra=()
       while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do
-        if [ "$1" = --then-launch ]; then extra+=("$1" "$2"); shift 2; else extra+=("$1"); shift; fi
+        case $1 in
+          --then-launch|--max-repeats|--ready-limit) extra+=("$1" "$2"); shift 2 ;;
+          *) extra+=("$1"); shift ;;
+        esac
       done
       PYTHONPATH=src python3 scripts/gpu/experiment.py measure "$b" "${extra[@]}" ;;
     collect)

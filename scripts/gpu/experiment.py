@@ -80,13 +80,21 @@ SERVERS = {
     "v26-d4b-k2": _server(NEW, "qwen3-4b", 2, 8006),
     "v26-d4b-k4": _server(NEW, "qwen3-4b", 4, 8007),
     "v26-d06b-k5": _server(NEW, "qwen3-0.6b", 5, 8008),
+    "v26-d06b-k1": _server(NEW, "qwen3-0.6b", 1, 8009),
+    "v24-d06b-k3": _server(OLD, "qwen3-0.6b", 3, 8014),
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
+# Batches 1-3 ran on 2026-12-04. Batches 4-6 are one session's worth for the
+# arms still missing, each release's plain server measured again in the same
+# session (the A/B and the upgrade gate compare within one machine); batch 4
+# holds 0.26.0 alone because 0.24.0 is installed while it starts.
 BATCHES = {
     "1": ["v26-off", "v26-d4b-k1", "v26-d4b-k3"],
     "2": ["v26-d4b-k5", "v26-d06b-k3", "v24-off"],
     "3": ["v24-d4b-k3", "v26-off-restart", "v24-d4b-k1"],
-    "4": ["v26-d4b-k2", "v26-d4b-k4", "v26-d06b-k5"],
+    "4": ["v26-off", "v26-d4b-k2", "v26-d4b-k4"],
+    "5": ["v24-off", "v24-d4b-k1", "v26-d06b-k5"],
+    "6": ["v26-d06b-k1", "v26-d06b-k3", "v24-d06b-k3"],
 }
 
 
@@ -260,14 +268,19 @@ def stop(names: list[str]) -> None:
     time.sleep(2)
 
 
-def measure(batch: str, do_stop: bool, then: str | None, limit_s: float) -> None:
+def measure(
+    batch: str, do_stop: bool, then: str | None, limit_s: float, max_repeats: int | None = None
+) -> None:
     names = BATCHES[batch]
     ready = wait_ready(names, limit_s)
     subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv"])
     for name in names:
         if not ready[name]:
             continue
-        for rep in range(SERVERS[name]["repeats"]):
+        repeats = SERVERS[name]["repeats"]
+        if max_repeats is not None:
+            repeats = min(repeats, max_repeats)
+        for rep in range(repeats):
             tag = "" if rep == 0 else f"-r{rep + 1}"
             for load in ("c1", "c64"):
                 bench(name, load, tag)
@@ -288,6 +301,9 @@ def main() -> int:
     mp.add_argument("--stop", action="store_true")
     mp.add_argument("--then-launch", choices=sorted(BATCHES))
     mp.add_argument("--ready-limit", type=float, default=360.0)
+    mp.add_argument(
+        "--max-repeats", type=int, help="at most this many runs per server (plain has 2)"
+    )
     sp = sub.add_parser("stop")
     sp.add_argument("batch", choices=sorted(BATCHES))
     args = p.parse_args()
@@ -298,7 +314,7 @@ def main() -> int:
     elif args.cmd == "launch":
         launch(args.batch)
     elif args.cmd == "measure":
-        measure(args.batch, args.stop, args.then_launch, args.ready_limit)
+        measure(args.batch, args.stop, args.then_launch, args.ready_limit, args.max_repeats)
     elif args.cmd == "stop":
         stop(BATCHES[args.batch])
     return 0

@@ -2,9 +2,14 @@
 """Here (CPU): judge issue 18's H200 results with benchgate's own code.
 
     .venv/bin/python scripts/gpu/judge.py RESULTS_DIR docs/calibration/h200-vllm
+    .venv/bin/python scripts/gpu/judge.py RESULTS_DIR OUT_DIR --reference docs/calibration/h200-vllm
 
 RESULTS_DIR is the `results/` folder of a tarball that scripts/gpu/device.sh
-collect brought back. Writes into the output folder:
+collect brought back. With --reference (the output folder of an earlier
+session), a session that skipped the calibration takes that session's
+calibration-*.json, and an arm whose release, draft and load have no k=3 arm
+in this session gets its serving-stack prediction from the earlier session's
+k=3 arm (marked as such). Writes into the output folder:
 
 - results/*.json: the bench results (per-request records left out, to keep the
   repository small; every trial's figures and server counters kept),
@@ -21,6 +26,7 @@ collect brought back. Writes into the output folder:
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import statistics
@@ -71,8 +77,17 @@ def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.mean(values)
 
 
-def main(src_dir: str, out_dir: str) -> int:
+def main(src_dir: str, out_dir: str, reference: str | None = None) -> int:
     src, out = Path(src_dir), Path(out_dir)
+    # read the reference before anything under out is removed (it may be the same folder)
+    ref_runs: dict[str, dict] = {}
+    ref_files: dict[str, str] = {}
+    if reference:
+        ref = Path(reference)
+        ref_runs = json.loads((ref / "summary.json").read_text())["runs"]
+        for cal_name in DRAFT_CALIBRATION.values():
+            if not (src / cal_name).exists() and (ref / "results" / cal_name).exists():
+                ref_files[cal_name] = (ref / "results" / cal_name).read_text()
     res_out = out / "results"
     if res_out.exists():
         shutil.rmtree(res_out)
@@ -87,6 +102,8 @@ def main(src_dir: str, out_dir: str) -> int:
     for pattern in ("*.server.json", "calibration-*.json", "*.metrics.txt"):
         for f in sorted(src.glob(pattern)):
             shutil.copy(f, res_out / f.name)
+    for name, text in ref_files.items():
+        (res_out / name).write_text(text)
     servers = {
         f.name[: -len(".server.json")]: json.loads(f.read_text()) for f in src.glob("*.server.json")
     }
@@ -100,6 +117,9 @@ def main(src_dir: str, out_dir: str) -> int:
     for load in LOADS:
         host = f"h200-{load}"
         base, cand = res_out / f"v24-off-{load}.json", res_out / f"v26-off-{load}.json"
+        if not (base.exists() and cand.exists()):
+            print(f"no upgrade verdict at {load}: a plain run is missing", file=sys.stderr)
+            continue
         verdict_path = out / f"verdict-upgrade-{load}.json"
         record = [*BENCHGATE, "record", "--db", str(db), "--host", host]
         sh(
@@ -150,7 +170,7 @@ def main(src_dir: str, out_dir: str) -> int:
     ):
         for load in LOADS:
             bname = f"{b}-{load}-r2" if a == b else f"{b}-{load}"
-            if bname not in results:
+            if bname not in results or f"{a}-{load}" not in results:
                 continue
             res = sh(
                 BENCHGATE
@@ -171,6 +191,9 @@ def main(src_dir: str, out_dir: str) -> int:
     # --- the speculative A/B per release and load, as the playbook's module
     for vkey, release in RELEASES.items():
         for load in LOADS:
+            if f"{vkey}-off-{load}" not in results:
+                print(f"no A/B for {release} at {load}: no plain run", file=sys.stderr)
+                continue
             names = sorted(
                 n[: -len(f"-{load}")]
                 for n in results
@@ -210,7 +233,12 @@ def main(src_dir: str, out_dir: str) -> int:
             }
 
     # --- runs, acceptance, the advisor beside each
-    plain = {(v, load): tok_s(results[f"{v}-off-{load}"]) for v in RELEASES for load in LOADS}
+    plain = {
+        (v, load): tok_s(results[f"{v}-off-{load}"])
+        for v in RELEASES
+        for load in LOADS
+        if f"{v}-off-{load}" in results
+    }
     calib = {
         d: json.loads((res_out / f).read_text())
         for d, f in DRAFT_CALIBRATION.items()
@@ -236,7 +264,7 @@ def main(src_dir: str, out_dir: str) -> int:
             "ready_s": servers.get(base_name, {}).get("ready_s"),
         }
         spec = servers[base_name]["speculative"] if base_name in servers else None
-        if spec and per_pos:
+        if spec and per_pos and (v, load) in plain:
             k = spec["num_speculative_tokens"]
             draft = base_name.split("-")[1]
             measured = tok_s(data) / plain[(v, load)]
@@ -259,14 +287,17 @@ def main(src_dir: str, out_dir: str) -> int:
             continue
         fit_name = f"{row['server'].rsplit('-k', 1)[0]}-k{FIT_K}-{row['load']}"
         fit = summary["runs"].get(fit_name)
+        from_reference = False
+        if not fit and fit_name in ref_runs and "speedup" in ref_runs[fit_name]:
+            fit, from_reference = ref_runs[fit_name], True
         if not fit:
             continue
         c_fit = advisor.draft_cost_from_arm(fit["per_position_acceptance"], FIT_K, fit["speedup"])
         pred = advisor.predict(row["per_position_acceptance"], c_fit)[row["k"]].speedup
         row.update(
             c_fitted=round(c_fit, 4),
-            fitted_on=fit_name,
-            fitted_here=fit_name == name,
+            fitted_on=("reference " if from_reference else "") + fit_name,
+            fitted_here=fit_name == name and not from_reference,
             pred_fitted=round(pred, 4),
             fitted_error_pct=round(100 * (pred / row["speedup"] - 1), 1),
         )
@@ -291,6 +322,8 @@ def main(src_dir: str, out_dir: str) -> int:
             ("v24-off-c1", "v26-off-c1"),
             ("v24-off-c64", "v26-off-c64"),
         ):
+            if a not in results or b not in results:
+                continue
             for n in (3, 4, 5):
                 paths = []
                 for name in (a, b):
@@ -383,7 +416,8 @@ def markdown(summary: dict) -> str:
         phys = f"{r['pred_physics']:.3f} (c={r['c_physics']:.3f})" if "pred_physics" in r else "-"
         perr = f"{r['physics_error_pct']:+.0f}%" if "physics_error_pct" in r else "-"
         if "pred_fitted" in r:
-            fitted = f"{r['pred_fitted']:.3f} (c={r['c_fitted']:.3f})"
+            earlier = ", earlier session" if r["fitted_on"].startswith("reference ") else ""
+            fitted = f"{r['pred_fitted']:.3f} (c={r['c_fitted']:.3f}{earlier})"
             ferr = "fitted here" if r["fitted_here"] else f"{r['fitted_error_pct']:+.1f}%"
         else:
             fitted = ferr = "-"
@@ -395,4 +429,9 @@ def markdown(summary: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("results_dir")
+    cli.add_argument("out_dir")
+    cli.add_argument("--reference", help="output folder of an earlier session (summary.json)")
+    a = cli.parse_args()
+    sys.exit(main(a.results_dir, a.out_dir, a.reference))
