@@ -1,0 +1,182 @@
+"""Charts of a report: matplotlib figures rendered to inline SVG (text kept as text)."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .aggregates import ArmRow, arm_key, release_key
+from .data import RunView
+
+# Colours of the charts (matplotlib's "tab10"); the page's own CSS uses none of them.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def _mpl_text(text: str) -> str:
+    """Text for a matplotlib label: never mathtext, whatever the ledger holds."""
+    return text.replace("$", r"\$")
+
+
+def _svg(fig: Any, salt: str) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buf.getvalue()
+    start = text.find("<svg")
+    text = text[start:] if start >= 0 else text
+    # matplotlib names elements figure_1, axes_1, ... in every figure: prefix all ids (and
+    # the references to them) so that the page's ids stay unique.
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "-", salt)
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', text)
+    text = re.sub(r'(href="#|url\(#)([^")]+)', lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+    return text
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100)
+
+
+def _rc() -> Any:
+    import matplotlib
+    from cycler import cycler
+
+    return matplotlib.rc_context(
+        {
+            "text.parse_math": False,
+            "font.size": 9,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.prop_cycle": cycler(color=list(PALETTE)),
+        }
+    )
+
+
+def chart_over_time(runs: Sequence[RunView], salt: str) -> str | None:
+    """Throughput, TTFT and TPOT of each run over time; one series per release and arm."""
+    timed = [r for r in runs if r.when is not None]
+    if not timed:
+        return None
+    import matplotlib.dates as mdates
+
+    series: dict[tuple[str, str], list[RunView]] = {}
+    for r in timed:
+        series.setdefault((r.release, r.arm), []).append(r)
+    order = sorted(series, key=lambda k: (release_key(k[0]), arm_key(k[1])))
+    with _rc():
+        fig = _figure(9.0, 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        panels = (
+            ("output tokens/s", lambda r: r.throughput),
+            ("TTFT median, ms", lambda r: r.ttft_ms),
+            ("TPOT median, ms", lambda r: r.tpot_ms),
+        )
+        for i, key in enumerate(order):
+            rs = series[key]
+            color = PALETTE[i % len(PALETTE)]
+            label = _mpl_text(f"{key[0]} · spec {key[1]}")
+            for ax, (_, get) in zip(axes, panels):
+                pts = [(r.when, get(r)) for r in rs if get(r) is not None]
+                if not pts:
+                    continue
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    marker="o",
+                    linestyle="-",
+                    color=color,
+                    label=label if ax is axes[0] else None,
+                )
+            for r in rs:  # per-trial spread of throughput
+                if r.throughput_samples and r.when is not None:
+                    axes[0].scatter(
+                        [r.when] * len(r.throughput_samples),
+                        r.throughput_samples,
+                        s=8,
+                        color=color,
+                        alpha=0.35,
+                    )
+        for ax, (ylabel, _) in zip(axes, panels):
+            ax.set_ylabel(ylabel)
+        axes[0].legend(loc="best", fontsize=8)
+        axes[0].set_title("runs over time (dots: single trials)")
+        locator = mdates.AutoDateLocator()
+        axes[-1].xaxis.set_major_locator(locator)
+        axes[-1].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        fig.tight_layout()
+        return _svg(fig, salt)
+
+
+def chart_spec_ab(rows: Sequence[ArmRow], salt: str) -> str | None:
+    """Grouped bars: median tokens/s per release, one bar per speculative arm."""
+    rows = [r for r in rows if r.throughput is not None]
+    if not rows:
+        return None
+    releases = sorted({r.release for r in rows}, key=release_key)
+    arms = sorted({r.arm for r in rows}, key=arm_key)
+    width = 0.8 / len(arms)
+    with _rc():
+        fig = _figure(max(4.5, 1.6 * len(releases) + 2.5), 3.4)
+        ax = fig.subplots()
+        for j, arm in enumerate(arms):
+            xs, ys = [], []
+            for i, rel in enumerate(releases):
+                row = next((r for r in rows if r.release == rel and r.arm == arm), None)
+                if row is not None and row.throughput is not None:
+                    xs.append(i - 0.4 + width * (j + 0.5))
+                    ys.append(row.throughput)
+            bars = ax.bar(xs, ys, width=width * 0.95, label=_mpl_text(f"spec {arm}"))
+            ax.bar_label(bars, fmt="%.0f", fontsize=7)
+        ax.set_xticks(range(len(releases)), [_mpl_text(r) for r in releases])
+        ax.margins(y=0.2)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("output tokens/s (median)")
+        ax.set_title("speculative decoding on vs off, per release")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        return _svg(fig, salt)
+
+
+def chart_acceptance(
+    curves: Sequence[tuple[str, Sequence[float]]], salt: str, reference: bool = False
+) -> str | None:
+    """Per-position acceptance (percent) as grouped bars, one group per draft position."""
+    curves = [(label, c) for label, c in curves if c]
+    if not curves:
+        return None
+    n = max(len(c) for _, c in curves)
+    width = 0.8 / len(curves)
+    with _rc():
+        fig = _figure(max(4.5, 0.9 * n + 3.0), 3.2)
+        ax = fig.subplots()
+        for j, (label, c) in enumerate(curves):
+            xs = [i - 0.4 + width * (j + 0.5) for i in range(len(c))]
+            hatch = "//" if reference and j == len(curves) - 1 else None
+            bars = ax.bar(
+                xs, [100.0 * v for v in c], width=width * 0.95, label=_mpl_text(label), hatch=hatch
+            )
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.set_xticks(range(n), [str(i) for i in range(n)])
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("accepted / drafted, %")
+        ax.set_ylim(0, 105)
+        ax.set_title("per-position acceptance")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        return _svg(fig, salt)
