@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from . import nvidia_smi
+
 # --------------------------------------------------------------------- safetensors
 
 # A header larger than this is not a safetensors header (the format caps it at 100 MB).
@@ -162,35 +164,32 @@ def known_bandwidth(gpu_name: str) -> tuple[str, float] | None:
     return None
 
 
+# GPU memory and the GPU names for the bandwidth table.
+NVIDIA_SMI_FIELDS = ("index", "name", "memory.used", "memory.total")
+NVIDIA_SMI_QUERY = nvidia_smi.query_args(NVIDIA_SMI_FIELDS)
+
+
 def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
     """Rows of ``nvidia-smi --query-gpu=index,name,memory.used,memory.total
     --format=csv,noheader,nounits`` (memory in MiB)."""
     gpus = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4:
-            raise ValueError(f"unexpected nvidia-smi line {line!r}")
-        index, name, used, total = parts
-        try:
-            gpus.append(
-                {
-                    "index": int(index),
-                    "name": name,
-                    "memory_used_mib": float(used),
-                    "memory_total_mib": float(total),
-                }
+    for row in nvidia_smi.parse_query_gpu(text, NVIDIA_SMI_FIELDS):
+        used = nvidia_smi.number(row.cells["memory.used"])
+        total = nvidia_smi.number(row.cells["memory.total"])
+        if used is None or total is None:
+            raise ValueError(
+                f"unexpected nvidia-smi memory figures of GPU {row.index}: "
+                f"{row.cells['memory.used']!r} MiB used of {row.cells['memory.total']!r}"
             )
-        except ValueError as exc:
-            raise ValueError(f"unexpected nvidia-smi line {line!r}") from exc
+        gpus.append(
+            {
+                "index": row.index,
+                "name": row.cells["name"],
+                "memory_used_mib": used,
+                "memory_total_mib": total,
+            }
+        )
     return gpus
-
-
-NVIDIA_SMI_QUERY = [
-    "--query-gpu=index,name,memory.used,memory.total",
-    "--format=csv,noheader,nounits",
-]
 
 
 def query_gpus(

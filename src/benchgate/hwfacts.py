@@ -4,7 +4,8 @@ Runs on the target host (the ``vllm_facts`` module imports it from the client
 venv), so it keeps to the standard library and Python 3.9.
 
 * :func:`parse_gpu_csv` reads ``nvidia-smi --query-gpu=<QUERY_FIELDS>
-  --format=csv,noheader,nounits``.
+  --format=csv,noheader,nounits`` with :mod:`benchgate.nvidia_smi`, the
+  reader :mod:`benchgate.hostprobe` uses too.
 * :func:`parse_topology` reads ``nvidia-smi topo -m``: the link between each
   pair of GPUs, NVLink (``NV<n>``) or a PCIe path (``PIX``, ``PXB``, ``PHB``,
   ``NODE``, ``SYS``), summarised as ``nvlink`` / ``pcie`` / ``mixed`` /
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from . import nvidia_smi
 from .hostprobe import known_bandwidth
 
 __all__ = [
@@ -67,10 +69,7 @@ QUERY_FIELDS = (
     "power.limit",
     "pci.bus_id",
 )
-QUERY_ARGS = (
-    "--query-gpu=" + ",".join(QUERY_FIELDS),
-    "--format=csv,noheader,nounits",
-)
+QUERY_ARGS = tuple(nvidia_smi.query_args(QUERY_FIELDS))
 
 # Below this a GPU's memory bandwidth, not its compute, sets what a draft
 # step costs in wall time (L4 300, A10 600, L40S 864, RTX 4090 1008 GB/s).
@@ -80,14 +79,6 @@ SMALL_VRAM_MIB = 32 * 1024
 
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_NOT_AVAILABLE = (
-    "",
-    "[n/a]",
-    "n/a",
-    "[not supported]",
-    "[unknown error]",
-    "[insufficient permissions]",
-)
 
 Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
 
@@ -169,64 +160,29 @@ class GpuInfo:
         return out
 
 
-def _value(text: str) -> str | None:
-    text = text.strip()
-    return None if text.lower() in _NOT_AVAILABLE else text
-
-
-def _int(text: str) -> int | None:
-    value = _value(text)
-    if value is None:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        return None
-
-
-def _float(text: str) -> float | None:
-    value = _value(text)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
 def parse_gpu_csv(text: str) -> list[GpuInfo]:
     """GPUs from ``nvidia-smi --query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits``.
 
-    Raises ValueError on a line that does not have the expected columns.
+    Raises ValueError on a line that does not have the expected columns, or
+    whose index is not a number.
     """
     out: list[GpuInfo] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != len(QUERY_FIELDS):
-            raise ValueError(
-                f"nvidia-smi CSV line {lineno} has {len(cells)} columns, expected "
-                f"{len(QUERY_FIELDS)} ({', '.join(QUERY_FIELDS)}): {line!r}"
-            )
-        index, name, uuid, mem, cc, sm, memclk, power, bus = cells
-        idx = _int(index)
-        if idx is None:
-            raise ValueError(f"nvidia-smi CSV line {lineno}: index {index!r} is not a number")
+    for row in nvidia_smi.parse_query_gpu(text, QUERY_FIELDS):
+        name, cc = row.cells["name"], row.cells["compute_cap"]
         known = known_bandwidth(name)
         out.append(
             GpuInfo(
-                index=idx,
+                index=row.index,
                 name=name,
-                uuid=uuid,
-                memory_total_mib=_int(mem),
-                compute_capability=_value(cc) or "",
+                uuid=row.cells["uuid"],
+                memory_total_mib=nvidia_smi.whole_number(row.cells["memory.total"]),
+                compute_capability=nvidia_smi.value(cc) or "",
                 architecture=architecture(cc),
                 native_fp8=native_fp8(cc),
-                clocks_max_sm_mhz=_int(sm),
-                clocks_max_mem_mhz=_int(memclk),
-                power_limit_w=_float(power),
-                pci_bus_id=bus,
+                clocks_max_sm_mhz=nvidia_smi.whole_number(row.cells["clocks.max.sm"]),
+                clocks_max_mem_mhz=nvidia_smi.whole_number(row.cells["clocks.max.mem"]),
+                power_limit_w=nvidia_smi.number(row.cells["power.limit"]),
+                pci_bus_id=row.cells["pci.bus_id"],
                 memory_bandwidth_datasheet_gbs=known[1] if known else None,
             )
         )
