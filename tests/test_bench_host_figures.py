@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchgate.bench import BenchmarkError, module_run, probe_from_module_params
-from benchgate.cli import host_lines, main
+from benchgate.cli import main
+from benchgate.cli_bench import host_lines
 from benchgate.results import check_result_dict
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from benchgate.bench import BenchmarkError, run_benchmark
-from benchgate.cli import prompt_fit_line
+from benchgate.cli_bench import prompt_fit_line
 from benchgate.testing.fakeserver import FakeConfig, FakeServer, fake_token_count, serve_in_thread
 from benchgate.tokenfit import METHOD_TOKENIZER, METHOD_WORDS, fit_prompts
 from benchgate.workload import build_prompts, parse_workload

@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
         "speculative arm (median output tok/s; acceptance from the server's counters)",
     )
     p.add_argument("--json", action="store_true", help="print the advice as JSON")
-    p.set_defaults(_run=run)
+    p.set_defaults(_run=run, command_name="advise")
 
 
 def format_table(advice: advisor.Advice) -> str:
