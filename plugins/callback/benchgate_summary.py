@@ -21,6 +21,7 @@ description:
     also written there as JSON.
 requirements:
   - enable in ansible.cfg (callbacks_enabled = benchgate_summary)
+  - the benchgate Python package in the controller's Python (it writes the figures)
 """
 
 import json
@@ -28,19 +29,21 @@ import os
 
 from ansible.plugins.callback import CallbackBase
 
+from benchgate.numfmt import MISSING, number, pct_change
+
 
 def _tok(value: object) -> str:
     try:
-        return f"{float(value):.1f}"  # type: ignore[arg-type]
+        return number(float(value), 1)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return "-"
+        return MISSING
 
 
 def _change(before: object, after: object) -> str:
     try:
-        return f"{(float(after) / float(before) - 1.0) * 100.0:+.1f}%"  # type: ignore[arg-type]
+        return pct_change((float(after) / float(before) - 1.0) * 100.0)  # type: ignore[arg-type]
     except (TypeError, ValueError, ZeroDivisionError):
-        return "-"
+        return MISSING
 
 
 def format_summary(summary: dict) -> list[str]:

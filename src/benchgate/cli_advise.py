@@ -20,6 +20,7 @@ import sys
 from typing import Any, TextIO
 
 from . import advisor
+from .numfmt import MISSING
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -104,8 +105,8 @@ def format_table(advice: advisor.Advice) -> str:
                 f"{row.expected_tokens:.3f}",
                 f"{row.step_cost:.3f}",
                 f"{row.speedup:.3f}",
-                "-" if row.k == 0 else f"{row.marginal_gain:.3f}",
-                "-" if row.k == 0 else f"{row.marginal_cost:.3f}",
+                MISSING if row.k == 0 else f"{row.marginal_gain:.3f}",
+                MISSING if row.k == 0 else f"{row.marginal_cost:.3f}",
                 verdict,
             )
         )

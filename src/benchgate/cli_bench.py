@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .numfmt import MISSING, number
+
 EXIT_OK = 0
 EXIT_ERROR = 1  # could not run (unreachable server, bad workload)
 EXIT_INVALID = 2  # ran, but at least one trial is invalid
@@ -68,21 +70,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(_run=run, command_name="bench")
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def summary_rows(result: Any) -> list[tuple[str, str, str, str]]:
     """(metric, per-trial values, median, better) rows for the summary table."""
     rows = []
     for name, metric in result.summary.metrics.items():
-        per_trial = " ".join(_fmt(v, 2 if abs(v) < 10 else 1) for v in metric.samples)
+        per_trial = " ".join(number(v, 2 if abs(v) < 10 else 1) for v in metric.samples)
         median = metric.median
         rows.append(
             (
                 name,
                 per_trial,
-                _fmt(median, 2 if median is not None and abs(median) < 10 else 1),
+                number(median, 2 if median is not None and abs(median) < 10 else 1),
                 metric.better,
             )
         )
@@ -90,7 +88,7 @@ def summary_rows(result: Any) -> list[tuple[str, str, str, str]]:
 
 
 def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+    return number(None if value is None else value / 2**20, 0, " MiB")
 
 
 def prompt_fit_line(fit: dict[str, Any] | None) -> str | None:
@@ -121,17 +119,17 @@ def host_lines(result: Any) -> list[str]:
         if roof.get("decode_bound_tokens_per_s") is not None:
             eff = roof.get("efficiency_pct")
             measured = (
-                f"measured {_fmt(roof['measured_tokens_per_s'])} tok/s per stream "
+                f"measured {number(roof['measured_tokens_per_s'])} tok/s per stream "
                 f"(1000/TPOT median, concurrency {roof.get('concurrency')}) = "
-                f"{_fmt(eff)}% of it"
+                f"{number(eff)}% of it"
                 if eff is not None
                 else str(roof.get("reason"))
             )
             lines.append(
-                f"roofline: {roof['weight_bytes'] / 1e9:,.2f} GB of weights / TP "
-                f"{roof['tensor_parallel_size']} at {_fmt(roof['bandwidth_gbs'], 0)} GB/s "
+                f"roofline: {number(roof['weight_bytes'] / 1e9, 2)} GB of weights / TP "
+                f"{roof['tensor_parallel_size']} at {number(roof['bandwidth_gbs'], 0)} GB/s "
                 f"({roof['bandwidth_source']}) -> at most "
-                f"{_fmt(roof['decode_bound_tokens_per_s'])} tok/s single-stream; {measured}"
+                f"{number(roof['decode_bound_tokens_per_s'])} tok/s single-stream; {measured}"
             )
         else:
             lines.append(f"roofline: not available: {roof.get('reason')}")
@@ -151,7 +149,7 @@ def host_lines(result: Any) -> list[str]:
                 if gpus:
                     used = sum(g["memory_used_mib"] for g in gpus)
                     total = sum(g["memory_total_mib"] for g in gpus)
-                    text += f", GPU {used:,.0f}/{total:,.0f} MiB"
+                    text += f", GPU {number(used, 0)}/{number(total, 0)} MiB"
                 parts.append(text)
             lines.append(f"service memory (pid {mem.get('pid')}): " + "; ".join(parts))
             if mem.get("gpu_reason"):
@@ -163,8 +161,8 @@ def host_lines(result: Any) -> list[str]:
         if cold.get("available"):
             bound = " (upper bound: already up at the first poll)" if cold["upper_bound"] else ""
             lines.append(
-                f"cold start: /health 200 after {_fmt(cold['healthy_s'], 1)} s, first "
-                f"completion after {_fmt(cold['first_completion_s'], 1)} s{bound}"
+                f"cold start: /health 200 after {number(cold['healthy_s'], 1)} s, first "
+                f"completion after {number(cold['first_completion_s'], 1)} s{bound}"
             )
         else:
             lines.append(f"cold start: not available: {cold.get('reason')}")
@@ -194,20 +192,20 @@ def _print_result(result: Any, console: Any) -> None:
         extra = []
         if has_slo:
             extra = [
-                str(m.slo_met) if m and m.slo_met is not None else "-",
-                _fmt(m.goodput if m else None, 2),
+                str(m.slo_met) if m and m.slo_met is not None else MISSING,
+                number(m.goodput if m else None, 2),
             ]
         trials.add_row(
             str(t.index),
             "yes" if t.valid else "[red]NO[/]",
             str(t.num_requests),
             str(t.failed),
-            _fmt(t.duration_s, 2),
-            _fmt(m.output_tokens_per_s if m else None),
-            _fmt(a.server_generation_tokens_per_s if a else None),
-            _fmt(a.tokens_per_s_diff_pct if a else None, 2),
-            _fmt(m.ttft_ms.median if m and m.ttft_ms else None, 1),
-            _fmt(m.tpot_ms.median if m and m.tpot_ms else None, 2),
+            number(t.duration_s, 2),
+            number(m.output_tokens_per_s if m else None),
+            number(a.server_generation_tokens_per_s if a else None),
+            number(a.tokens_per_s_diff_pct if a else None, 2),
+            number(m.ttft_ms.median if m and m.ttft_ms else None, 1),
+            number(m.tpot_ms.median if m and m.tpot_ms else None, 2),
             *extra,
         )
     console.print(trials)
@@ -237,8 +235,8 @@ def _print_result(result: Any, console: Any) -> None:
         if spec:
             per_pos = ", ".join(f"{v:.0%}" for v in spec["per_position_acceptance"])
             console.print(
-                f"trial {t.index}: speculative acceptance {_fmt(spec['acceptance_rate'], 3)}, "
-                f"mean acceptance length {_fmt(spec['mean_acceptance_length'], 2)}, "
+                f"trial {t.index}: speculative acceptance {number(spec['acceptance_rate'], 3)}, "
+                f"mean acceptance length {number(spec['mean_acceptance_length'], 2)}, "
                 f"per position [{per_pos}]"
             )
         if not t.server.get("ok"):

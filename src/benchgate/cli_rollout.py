@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rollout
+from .numfmt import MISSING, number
 from .rollout import Phase, PhaseResult, RolloutError, Settings
 
 
@@ -172,10 +173,10 @@ class Progress:
 
 
 def _tok_s(value: object) -> str:
-    """Tokens/s for the table: one decimal, "-" when not measured."""
+    """Tokens/s for the table: one decimal, MISSING when not measured."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.1f}"
-    return "-" if value in (None, "") else str(value)
+        return number(value, 1)
+    return MISSING if value in (None, "") else str(value)
 
 
 def _print_phase(console: Any, result: PhaseResult) -> None:

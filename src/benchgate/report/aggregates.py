@@ -78,14 +78,6 @@ def _mean_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
     return out
 
 
-def fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
-    return "–" if value is None else f"{value:,.{digits}f}{suffix}"
-
-
-def fmt_pct_change(value: float | None) -> str:
-    return "–" if value is None else f"{value:+.1f}%"
-
-
 def short_time(text: str) -> str:
     return text[:19].replace("T", " ")
 

@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import ledger
+from ..numfmt import MISSING, number, pct_change
 from .aggregates import (
     arm_rows,
-    fmt,
-    fmt_pct_change,
     roofline_status,
     roofline_text,
     short_time,
@@ -83,11 +82,11 @@ def _verdict_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
             [
                 (_e(short_time(v.recorded_at)), False),
                 (_e(v.host), False),
-                (_e(v.baseline_release or "–") + " → " + _e(v.release or "–"), False),
-                (_e(v.phase or "–"), False),
+                (_e(v.baseline_release or MISSING) + " → " + _e(v.release or MISSING), False),
+                (_e(v.phase or MISSING), False),
                 (f'<span class="verdict verdict-{_e(v.verdict)}">{_e(v.verdict)}</span>', False),
                 (f'<ul class="reasons">{reasons}</ul>', False),
-                (runs or "–", False),
+                (runs or MISSING, False),
             ]
         )
     return _table(
@@ -104,8 +103,8 @@ def _choices_html(choices: Sequence[Mapping[str, Any]]) -> str:
         [
             [
                 (_e(short_time(str(c.get("recorded_at", "")))), False),
-                (_e(c.get("release") or "–"), False),
-                (_e(c.get("objective") or "–"), False),
+                (_e(c.get("release") or MISSING), False),
+                (_e(c.get("objective") or MISSING), False),
                 (f"<b>{_e(c.get('winner') or 'none')}</b>", False),
                 (f"<code>{_e(spec_text(c.get('config') or {}) or '{}')}</code>", False),
                 (_e(c.get("reason") or ""), False),
@@ -158,13 +157,13 @@ def _host_html(report: Report, host: str) -> str:
                     (_e(r.release), False),
                     (_e(r.arm), False),
                     (str(r.runs), True),
-                    (_e(fmt(r.throughput)), True),
-                    (_e(fmt_pct_change(r.change_vs_off_pct)), True),
-                    (_e(fmt(r.ttft_ms, 1)), True),
-                    (_e(fmt(r.tpot_ms, 2)), True),
+                    (_e(number(r.throughput)), True),
+                    (_e(pct_change(r.change_vs_off_pct)), True),
+                    (_e(number(r.ttft_ms, 1)), True),
+                    (_e(number(r.tpot_ms, 2)), True),
                     (
                         _e(
-                            fmt(
+                            number(
                                 None if r.acceptance_rate is None else 100 * r.acceptance_rate,
                                 1,
                                 "%",
@@ -216,7 +215,7 @@ def _host_html(report: Report, host: str) -> str:
     ]
     if curves:
         pp_rows = [
-            [(_e(label), False)] + [(_e(fmt(100 * v, 1, "%")), True) for v in c]
+            [(_e(label), False)] + [(_e(number(100 * v, 1, "%")), True) for v in c]
             for label, c in curves
         ]
         width = max(len(c) for _, c in curves)
@@ -252,7 +251,7 @@ def _host_html(report: Report, host: str) -> str:
                         (_e(short_time(r.recorded_at)), False),
                         (_e(r.release), False),
                         (_e(r.arm), False),
-                        (_e(fmt(roofline_efficiency(r.roofline), 1, "%")), True),
+                        (_e(number(roofline_efficiency(r.roofline), 1, "%")), True),
                         (_e(roofline_text(r.roofline or {})), False),
                     ]
                     for r in measured
@@ -295,10 +294,10 @@ def _host_html(report: Report, host: str) -> str:
                         ),
                         False,
                     ),
-                    (_e(fmt(r.throughput)), True),
-                    (_e(fmt(r.ttft_ms, 1)), True),
-                    (_e(fmt(r.tpot_ms, 2)), True),
-                    (f"<code>{_e(r.result_source)}</code>" if r.result_source else "–", False),
+                    (_e(number(r.throughput)), True),
+                    (_e(number(r.ttft_ms, 1)), True),
+                    (_e(number(r.tpot_ms, 2)), True),
+                    (f"<code>{_e(r.result_source)}</code>" if r.result_source else MISSING, False),
                 ]
                 for r in reversed(runs)
             ],
@@ -336,18 +335,18 @@ def render_html(report: Report) -> str:
                             f'<span class="verdict verdict-{_e(latest[h].verdict)}">'
                             f"{_e(latest[h].verdict)}</span>"
                             if h in latest
-                            else "–",
+                            else MISSING,
                             False,
                         ),
                         (
-                            _e(latest[h].baseline_release or "–")
+                            _e(latest[h].baseline_release or MISSING)
                             + " → "
-                            + _e(latest[h].release or "–")
+                            + _e(latest[h].release or MISSING)
                             if h in latest
-                            else "–",
+                            else MISSING,
                             False,
                         ),
-                        (_e(short_time(latest[h].recorded_at)) if h in latest else "–", False),
+                        (_e(short_time(latest[h].recorded_at)) if h in latest else MISSING, False),
                     ]
                     for h in report.hosts
                 ],
@@ -358,7 +357,7 @@ def render_html(report: Report) -> str:
     if report.reference_acceptance:
         parts.append(
             f'<h2>Reference acceptance</h2><p class="note">{_e(report.reference_label)}: '
-            + " / ".join(_e(fmt(100 * v, 1, "%")) for v in report.reference_acceptance)
+            + " / ".join(_e(number(100 * v, 1, "%")) for v in report.reference_acceptance)
             + " per draft position (drawn beside each host's measured curves).</p>"
         )
         parts.append(

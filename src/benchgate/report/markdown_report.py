@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ledger
-from .aggregates import arm_rows, fmt, fmt_pct_change, roofline_status, short_time
+from ..numfmt import MISSING, number, pct_change
+from .aggregates import arm_rows, roofline_status, short_time
 from .data import NOT_MEASURED, Report, roofline_efficiency
 
 
@@ -45,7 +46,7 @@ def render_markdown(report: Report) -> str:
             v = latest[host]
             lines += [
                 f"Latest verdict: **{_md(v.verdict)}** "
-                f"({_md(v.baseline_release or '-')} → {_md(v.release or '-')}, "
+                f"({_md(v.baseline_release or MISSING)} → {_md(v.release or MISSING)}, "
                 f"{_md(short_time(v.recorded_at))} UTC)",
                 "",
             ]
@@ -53,9 +54,9 @@ def render_markdown(report: Report) -> str:
         if choices:
             c = choices[-1]
             lines += [
-                f"Latest speculative A/B ({_md(c.get('release') or '-')}, "
-                f"{_md(c.get('objective') or '-')}): winner **{_md(c.get('winner') or 'none')}**"
-                f" — {_md(c.get('reason') or '')}",
+                f"Latest speculative A/B ({_md(c.get('release') or MISSING)}, "
+                f"{_md(c.get('objective') or MISSING)}): "
+                f"winner **{_md(c.get('winner') or 'none')}** — {_md(c.get('reason') or '')}",
                 "",
             ]
         if not runs:
@@ -69,10 +70,10 @@ def render_markdown(report: Report) -> str:
                     _md(r.release),
                     _md(r.arm),
                     str(r.runs),
-                    fmt(r.throughput),
-                    fmt_pct_change(r.change_vs_off_pct),
-                    fmt(r.ttft_ms, 1),
-                    fmt(r.tpot_ms, 2),
+                    number(r.throughput),
+                    pct_change(r.change_vs_off_pct),
+                    number(r.ttft_ms, 1),
+                    number(r.tpot_ms, 2),
                 ]
                 for r in rows
             ],
@@ -89,7 +90,7 @@ def render_markdown(report: Report) -> str:
                 ["release · arm"] + [f"pos {i}" for i in range(width)],
                 [
                     [_md(label)]
-                    + [fmt(100 * v, 1, "%") for v in (c or [])]
+                    + [number(100 * v, 1, "%") for v in (c or [])]
                     + [""] * (width - len(c or []))
                     for label, c in curves
                 ],
@@ -104,7 +105,7 @@ def render_markdown(report: Report) -> str:
                         _md(short_time(r.recorded_at)),
                         _md(r.release),
                         _md(r.arm),
-                        fmt(roofline_efficiency(r.roofline), 1, "%"),
+                        number(roofline_efficiency(r.roofline), 1, "%"),
                     ]
                     for r in measured
                 ],
@@ -121,10 +122,10 @@ def render_markdown(report: Report) -> str:
                 [
                     _md(short_time(v.recorded_at)),
                     _md(v.host),
-                    f"{_md(v.baseline_release or '-')} → {_md(v.release or '-')}",
-                    _md(v.phase or "-"),
+                    f"{_md(v.baseline_release or MISSING)} → {_md(v.release or MISSING)}",
+                    _md(v.phase or MISSING),
                     f"**{_md(v.verdict)}**",
-                    "<br>".join(_md(r) for r in v.reasons) or "-",
+                    "<br>".join(_md(r) for r in v.reasons) or MISSING,
                 ]
                 for v in report.verdicts
             ],
