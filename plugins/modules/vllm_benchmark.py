@@ -134,6 +134,12 @@ options:
       - Main process of the server, instead of asking systemd for O(service_unit)'s
         C(MainPID). Its descendants count too.
     type: int
+  cpu_affinity:
+    description:
+      - CPUs the benchmark client runs on, as a cpulist (C(0), C(2-3), C(0,4-7)). On a
+        small host, giving the client cores the server does not use takes their fight
+        out of the measurement. Empty leaves the client where the host puts it.
+    type: str
   cold_start_file:
     description:
       - The readiness record of the vllm_service role's C(wait_ready.py). Default
@@ -291,6 +297,7 @@ ARGUMENT_SPEC = dict(
     service_unit=dict(type="str"),
     service_pid=dict(type="int"),
     cold_start_file=dict(type="path"),
+    cpu_affinity=dict(type="str"),
 )
 
 

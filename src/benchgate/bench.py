@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,6 +289,47 @@ def probe_from_module_params(params: Mapping[str, Any]) -> ServiceProbe:
     )
 
 
+def parse_cpu_list(text: str) -> set[int]:
+    """CPU numbers of a cpulist such as ``"0"``, ``"2-15"`` or ``"0,2-3"``.
+
+    The syntax of taskset(1) and systemd's ``CPUAffinity=`` (commas or spaces).
+    Raises ValueError with the part that is wrong.
+    """
+    cpus: set[int] = set()
+    for part in re.split(r"[,\s]+", text.strip()):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise ValueError(f"{part!r} is not a CPU number or range (e.g. 0, 2-15, 0,2-3)")
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
+        if last < first:
+            raise ValueError(f"{part!r}: the range ends before it starts")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
+def pin_client(cpu_list: str) -> set[int]:
+    """Run this process (the benchmark client) on these CPUs only.
+
+    On a small host the client and the server fight over the same cores and
+    the trials spread by 10-20% (docs/benchmarks.md, "Noise at the source"):
+    giving the client its own cores takes that out of the measurement.
+    """
+    try:
+        cpus = parse_cpu_list(cpu_list)
+    except ValueError as exc:
+        raise BenchmarkError(f"cpu_affinity: {exc}") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise BenchmarkError(
+            f"cpu_affinity {cpu_list!r} names CPUs this host does not give the client "
+            f"({sorted(cpus - allowed)}; allowed: {sorted(allowed)}): set "
+            "vllm_benchmark_cpu_affinity to CPUs that exist, or empty for no pinning"
+        )
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
 def workload_from_module_params(params: Mapping[str, Any]) -> Workload:
     """The workload the ``vllm_benchmark`` module's parameters describe."""
     workload = workload_from_any(params["workload"])
@@ -306,6 +348,8 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
     """
     workload = workload_from_module_params(params)
     probe = probe_from_module_params(params)
+    if params.get("cpu_affinity"):
+        pin_client(params["cpu_affinity"])
     base = {
         "changed": False,
         "workload": {"name": workload.name, "version": workload.version, "hash": workload.hash},
@@ -347,6 +391,8 @@ __all__ = [
     "WorkloadError",
     "attach_host_figures",
     "module_run",
+    "parse_cpu_list",
+    "pin_client",
     "probe_from_module_params",
     "run_benchmark",
     "run_benchmark_async",
