@@ -75,7 +75,9 @@ def test_thirty_percent_regression_reason_reads_like_a_sentence() -> None:
     v = stats.judge_metric(TPUT, b, c)
     assert v.verdict == FAIL
     assert v.change_pct == pytest.approx(-27.0, abs=0.01)
-    assert v.reason.startswith("output_tokens_per_s: 412.0 → 300.8 tok/s (shift −27.0%, 95% bounds")
+    assert v.reason.startswith(
+        "output_tokens_per_s: 27.0% worse than the baseline's 412.0 tok/s (90% interval 27.6% worse"
+    )
     assert v.reason.endswith("beyond the 5% limit")
 
 
@@ -247,7 +249,7 @@ def test_latency_going_up_is_a_regression_and_down_is_not() -> None:
     assert up.verdict == FAIL
     assert up.direction == "lower"
     assert up.regression_pct == pytest.approx(30.0)
-    assert "higher beyond the 5% limit" in up.reason
+    assert "30.0% worse" in up.reason and "worse beyond the 5% limit" in up.reason
     down = stats.judge_metric(TTFT, b, [x * 0.7 for x in b])
     assert down.verdict == PASS
     assert down.regression_pct == pytest.approx(-30.0)
@@ -461,3 +463,60 @@ def test_judge_command_bad_input_exits_3(
     argv = ["judge", "--baseline", str(tmp_path / "missing.json"), "--candidate", "x.json"]
     assert cli_gate.main(argv) == 3
     assert "cannot read" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------
+# issue 20: bursts set aside, one story per reason
+# --------------------------------------------------------------------------
+
+
+def test_set_aside_drops_the_slow_end_of_each_side() -> None:
+    kept, n = stats.set_aside_slowest([5.0, 1.0, 4.0, 2.0, 3.0], stats.Direction.HIGHER, 0.25, 3)
+    assert (kept, n) == ([5.0, 4.0, 2.0, 3.0], 1)
+    kept, n = stats.set_aside_slowest([5.0, 1.0, 4.0, 2.0, 3.0], stats.Direction.LOWER, 0.25, 3)
+    assert (kept, n) == ([1.0, 4.0, 2.0, 3.0], 1)
+    # never below the minimum number of trials
+    assert stats.set_aside_slowest([1.0, 2.0, 3.0], stats.Direction.HIGHER, 0.4, 3) == (
+        [1.0, 2.0, 3.0],
+        0,
+    )
+
+
+def test_a_burst_on_one_side_cannot_drag_the_verdict_once_set_aside() -> None:
+    """Six trials of sixteen hit by a burst (40% slower), the rest about 2% apart."""
+    rng = random.Random(1)
+    base = [400 * (1 + rng.gauss(0, 0.02)) for _ in range(16)]
+    cand = [400 * (1 + rng.gauss(0, 0.02)) for _ in range(16)]
+    for i in range(6):
+        cand[i] *= 0.6
+    every = stats.judge_metric(TPUT, base, cand)
+    aside = stats.judge_metric(TPUT, base, cand, stats.GateConfig(set_aside_slowest=0.25))
+    assert every.verdict == INCONCLUSIVE
+    assert aside.verdict == PASS
+    assert aside.set_aside_candidate == 4 and aside.set_aside_baseline == 4
+    assert "the slowest 4+4 trials set aside" in aside.reason
+
+
+def test_a_regression_of_every_trial_still_fails_with_trials_set_aside() -> None:
+    base = [400.0 + (i % 4) for i in range(16)]
+    cand = [x * 0.85 for x in base]
+    v = stats.judge_metric(TPUT, base, cand, stats.GateConfig(set_aside_slowest=0.25))
+    assert v.verdict == FAIL
+
+
+def test_the_reason_tells_one_story_even_when_the_medians_disagree() -> None:
+    """The issue's case: the medians fall while the estimate says better."""
+    base = [392, 375, 340, 321, 385, 249, 238, 408, 397, 408, 417, 362, 357, 413, 342, 369]
+    cand = [393, 376, 349, 331, 389, 387, 329, 344, 237, 237, 240, 283, 369, 327, 406, 379]
+    v = stats.judge_metric(TPUT, base, cand)
+    head = v.reason.split(":")[1]
+    word = "better" if v.change_pct is not None and v.change_pct > 0 else "worse"
+    assert f"% {word} than the baseline's" in head
+    assert "→" not in v.reason and "shift" not in v.reason
+    assert "90% interval" in v.reason
+
+
+@pytest.mark.parametrize("share", [-0.1, 0.5, 0.9])
+def test_set_aside_share_must_leave_most_trials(share: float) -> None:
+    with pytest.raises(ValueError, match="set_aside_slowest"):
+        stats.GateConfig(set_aside_slowest=share)

@@ -47,6 +47,8 @@ def test_one_line_per_host_with_change_and_rollback() -> None:
         "tok/s",
         "after",
         "change",
+        "(90%",
+        "interval)",
         "verdict",
     ]
     assert lines[1].split() == [
@@ -76,3 +78,23 @@ def test_missing_figures_show_a_dash() -> None:
         }
     )
     assert lines[1].split()[-4:] == ["-", "-", "-", "ERROR"]
+
+
+def test_the_change_is_the_gates_estimate_with_its_interval() -> None:
+    """Issue 20: one story. The medians (369.1 -> 352.8, -4.4%) and the gate's
+    estimate (+3.4%) can point opposite ways; the table shows the estimate."""
+    lines = summary.format_summary(
+        {
+            "h": {
+                "from": "0.31.0",
+                "to": "0.32.0",
+                "before_tok_s": 369.1,
+                "after_tok_s": 352.8,
+                "change_pct": "3.4",
+                "change_lo_pct": -8.6,
+                "change_hi_pct": 13.0,
+                "verdict": "INCONCLUSIVE",
+            }
+        }
+    )
+    assert lines[1].split()[-3:] == ["+3.4%", "(-8.6%..+13.0%)", "INCONCLUSIVE"]

@@ -105,6 +105,25 @@ def test_run_writes_output_and_never_reports_change(tmp_path):
     assert out["summary"] == saved["summary"]
 
 
+def test_each_trial_is_logged_while_the_module_runs():
+    lines = []
+    with serve_in_thread(FakeConfig(ttft_s=0, itl_s=0)) as srv:
+        module_run(
+            params(
+                base_url=srv.base_url,
+                trials=2,
+                num_requests=4,
+                warmup=0,
+                output_len=4,
+                label="h1 baseline",
+            ),
+            check_mode=False,
+            log=lines.append,
+        )
+    assert [line.split(":")[1].strip() for line in lines] == ["trial 1/2", "trial 2/2"]
+    assert all(line.startswith("benchgate h1 baseline: ") for line in lines)
+
+
 def ansible(args, tmp_path, check=False):
     env = dict(
         os.environ,

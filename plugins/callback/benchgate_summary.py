@@ -46,9 +46,22 @@ def _change(before: object, after: object) -> str:
         return MISSING
 
 
+def _estimate(item: dict) -> str:
+    """The gate's estimate of the change with its interval; else the medians' ratio."""
+    try:
+        change = float(item["change_pct"])
+    except (KeyError, TypeError, ValueError):
+        return _change(item.get("before_tok_s"), item.get("after_tok_s"))
+    try:
+        lo, hi = float(item["change_lo_pct"]), float(item["change_hi_pct"])
+    except (KeyError, TypeError, ValueError):
+        return pct_change(change)
+    return f"{pct_change(change)} ({pct_change(lo)}..{pct_change(hi)})"
+
+
 def format_summary(summary: dict) -> list[str]:
     """Render the per-host summary as text lines (pure, for tests)."""
-    header = ("host", "release", "tok/s before", "tok/s after", "change", "verdict")
+    header = ("host", "release", "tok/s before", "tok/s after", "change (90% interval)", "verdict")
     rows = [header]
     for host in sorted(summary):
         item = summary[host]
@@ -61,7 +74,7 @@ def format_summary(summary: dict) -> list[str]:
                 f"{item.get('from', '?')} -> {item.get('to', '?')}",
                 _tok(item.get("before_tok_s")),
                 _tok(item.get("after_tok_s")),
-                _change(item.get("before_tok_s"), item.get("after_tok_s")),
+                _estimate(item),
                 verdict,
             )
         )

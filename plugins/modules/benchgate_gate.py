@@ -114,6 +114,14 @@ options:
         (docs/benchmarks.md); the cost is more INCONCLUSIVE verdicts, which add trials.
     type: bool
     default: true
+  set_aside_slowest:
+    description:
+      - Share of each side's trials set aside at the slow end before judging (0.25 = the
+        slowest quarter of each side), so that a burst of noise on a shared host, which only
+        ever slows trials down, cannot drag the verdict. A regression slows every trial and
+        still shows. Omitted, the default of C(benchgate.stats.GateConfig) applies
+        (docs/benchmarks.md, "Bursts").
+    type: float
   ledger:
     description: Path of the SQLite ledger on the controller. Nothing is recorded when omitted.
     type: path
@@ -321,6 +329,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "default": "median",
     },
     "fail_requires_bound": {"type": "bool", "default": True},
+    "set_aside_slowest": {"type": "float"},
     "ledger": {"type": "path"},
     "host": {"type": "str"},
     "release": {"type": "str"},
@@ -381,6 +390,11 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         noncritical_fail=params["noncritical_fail"],
         fail_requires_bound=params["fail_requires_bound"],
         latency_stat=params["latency_stat"],
+        **(
+            {"set_aside_slowest": params["set_aside_slowest"]}
+            if params["set_aside_slowest"] is not None
+            else {}
+        ),
     )
     verdict = bg_stats.judge_results(baseline, candidate, specs, config)
     out = verdict.to_dict()

@@ -134,6 +134,12 @@ options:
       - Main process of the server, instead of asking systemd for O(service_unit)'s
         C(MainPID). Its descendants count too.
     type: int
+  label:
+    description:
+      - What is measured (the role passes its phase, e.g. C(baseline)). Each trial's
+        output tok/s and the median so far go to the host's journal under this label
+        while the module runs (C(journalctl -t ansible-vllm_benchmark -f) follows it).
+    type: str
   cpu_affinity:
     description:
       - CPUs the benchmark client runs on, as a cpulist (C(0), C(2-3), C(0,4-7)). On a
@@ -298,6 +304,7 @@ ARGUMENT_SPEC = dict(
     service_pid=dict(type="int"),
     cold_start_file=dict(type="path"),
     cpu_affinity=dict(type="str"),
+    label=dict(type="str"),
 )
 
 
@@ -306,7 +313,7 @@ def main() -> None:
     if not HAS_BENCHGATE:
         module.fail_json(msg=missing_required_lib("benchgate"), exception=BENCHGATE_IMPORT_ERROR)
     try:
-        result = module_run(module.params, module.check_mode)
+        result = module_run(module.params, module.check_mode, log=module.log)
     except (BenchmarkError, WorkloadError) as exc:
         module.fail_json(msg=str(exc), changed=False)
     module.exit_json(**result)

@@ -34,13 +34,15 @@ class BenchmarkError(RuntimeError):
 
 @dataclass
 class Progress:
-    """A progress event: ``phase`` is ``discover``, ``warmup``, ``trial`` or ``done``."""
+    """A progress event: ``phase`` is ``discover``, ``warmup``, ``trial``,
+    ``trial-done`` (with the trial's output tok/s) or ``done``."""
 
     phase: str
     trial: int  # 0-based trial index; -1 outside trials
     done: int
     total: int
     record: RequestRecord | None = None
+    tokens_per_s: float | None = None
 
 
 ProgressFn = Callable[[Progress], None]
@@ -184,17 +186,18 @@ async def run_benchmark_async(
             )
             after: Snapshot = await scrape(client, base_url)
             server = diff(before, after).to_dict()
-            trials.append(
-                build_trial(
-                    index,
-                    run.records,
-                    run.duration_s,
-                    run.started_at,
-                    workload.max_error_rate,
-                    server,
-                    slo=workload.slo,
-                )
+            trial = build_trial(
+                index,
+                run.records,
+                run.duration_s,
+                run.started_at,
+                workload.max_error_rate,
+                server,
+                slo=workload.slo,
             )
+            trials.append(trial)
+            tok_s = trial.metrics.output_tokens_per_s if trial.metrics else None
+            report(Progress("trial-done", index, index + 1, workload.trials, tokens_per_s=tok_s))
     report(Progress("done", -1, len(trials), len(trials)))
     return Result(
         target=Target(base_url=base_url, model=model, server_version=version),
@@ -339,12 +342,39 @@ def workload_from_module_params(params: Mapping[str, Any]) -> Workload:
     return workload.with_overrides(**overrides)
 
 
-def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
+def progress_logger(label: str, log: Callable[[str], None]) -> ProgressFn:
+    """Progress as log lines: warm-up, then each trial's tok/s and the median so far.
+
+    The module hands ``AnsibleModule.log``: the lines land in the host's
+    journal (``journalctl -t ansible-vllm_benchmark -f`` follows a run).
+    """
+    seen: list[float] = []
+
+    def on_event(ev: Progress) -> None:
+        if ev.phase == "warmup" and ev.done == 0:
+            log(f"benchgate {label}: warm-up, {ev.total} requests")
+        elif ev.phase == "trial-done":
+            if ev.tokens_per_s is not None:
+                seen.append(ev.tokens_per_s)
+            so_far = sorted(seen)
+            median = (
+                (so_far[(len(so_far) - 1) // 2] + so_far[len(so_far) // 2]) / 2 if so_far else None
+            )
+            now = "invalid" if ev.tokens_per_s is None else f"{ev.tokens_per_s:.1f} output tok/s"
+            tail = "" if median is None else f" (median so far {median:.1f})"
+            log(f"benchgate {label}: trial {ev.done}/{ev.total}: {now}{tail}")
+
+    return on_event
+
+
+def module_run(
+    params: Mapping[str, Any], check_mode: bool, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Everything the ``vllm_benchmark`` module does, minus Ansible.
 
     Returns the keyword arguments for ``exit_json``; raises BenchmarkError or
     WorkloadError (the module turns them into ``fail_json``).  Check mode
-    validates the workload and sends no load.
+    validates the workload and sends no load. ``log`` gets a line per trial.
     """
     workload = workload_from_module_params(params)
     probe = probe_from_module_params(params)
@@ -358,8 +388,14 @@ def module_run(params: Mapping[str, Any], check_mode: bool) -> dict[str, Any]:
         build_prompts(workload, 1)  # a missing prompt file fails in check mode too
         base.update(skipped=True, msg="check mode: workload is valid; no load sent")
         return base
+    progress = progress_logger(params.get("label") or "measurement", log) if log else None
     result = run_benchmark(
-        params["base_url"], workload, params.get("model"), params.get("api_key"), probe=probe
+        params["base_url"],
+        workload,
+        params.get("model"),
+        params.get("api_key"),
+        progress,
+        probe=probe,
     )
     data = result.to_dict()
     output_path = params.get("output_path")
@@ -393,6 +429,7 @@ __all__ = [
     "module_run",
     "parse_cpu_list",
     "pin_client",
+    "progress_logger",
     "probe_from_module_params",
     "run_benchmark",
     "run_benchmark_async",

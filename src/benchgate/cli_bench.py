@@ -346,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     errors: dict[str, int] = {}
 
     def progress(ev: Progress) -> None:
-        if bar is None or ev.phase in ("discover", "done"):
+        if bar is None or ev.phase in ("discover", "done", "trial-done"):
             return
         key = "warm-up" if ev.phase == "warmup" else f"trial {ev.trial + 1}/{workload.trials}"
         if key not in tasks:

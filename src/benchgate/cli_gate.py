@@ -76,6 +76,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[list[stats.MetricSpec], 
             noncritical_fail=args.noncritical,
             fail_requires_bound=args.fail_requires_bound,
             latency_stat=args.latency_stat,
+            set_aside_slowest=args.set_aside_slowest,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from exc
@@ -228,6 +229,12 @@ def _add_judge(subparsers: Any) -> None:
         default=True,
         help="FAIL only when the whole confidence interval is beyond the limit (default); "
         "--no-fail-requires-bound: a significant point estimate beyond it suffices",
+    )
+    p.add_argument(
+        "--set-aside-slowest",
+        type=float,
+        default=stats.GateConfig.set_aside_slowest,
+        help="share of each side's trials set aside at the slow end (default: %(default)s)",
     )
     p.add_argument("--output", help="write the verdict JSON here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")

@@ -86,6 +86,24 @@ is blocked either way: while its bound does not clear the limit it is
 INCONCLUSIVE, which blocks too. What is left is INCONCLUSIVE at the end of the
 budget, which only more trials reduce, above all more baseline trials: a
 candidate-only re-run cannot shrink the baseline's share of the noise.
+
+Bursts
+------
+Noise on a shared machine only ever slows a trial down, and it comes in
+bursts that span several trials (docs/benchmarks.md, "Noise at the source").
+``set_aside_slowest`` sets the same share of each side's slowest trials aside
+before the test (throughput: the lowest values; latency: the highest), so a
+burst shorter than that share of a side cannot drag the verdict. A real
+regression slows every trial and still shows; a release that is slow only in
+some trials (a stall every minute) is then judged on its good trials, which
+is the price. The reason names how many trials were set aside.
+
+Reasons
+-------
+Every reason tells one story: the Hodges-Lehmann estimate of the change and
+its two-sided ``2*confidence - 1`` interval, in words ("4.1% worse than the
+baseline's 369.1 tok/s (90% interval 8.6% worse to 13.0% better)"); the
+candidate's median is not shown, since it can point the other way.
 """
 
 from __future__ import annotations
@@ -177,6 +195,9 @@ class GateConfig:
     noncritical_fail: str = "fail"  # "fail" or "warn"
     fail_requires_bound: bool = True
     latency_stat: str = "median"
+    # Share of each side's trials set aside at the slow end before judging
+    # (0.25: the slowest quarter). See "Bursts" in the module docstring.
+    set_aside_slowest: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 0.5:
@@ -187,6 +208,8 @@ class GateConfig:
             raise ValueError(
                 f"noncritical_fail must be 'fail' or 'warn', got {self.noncritical_fail!r}"
             )
+        if not 0.0 <= self.set_aside_slowest < 0.5:
+            raise ValueError(f"set_aside_slowest must be in [0, 0.5), got {self.set_aside_slowest}")
         if self.latency_stat not in LATENCY_STATS:
             raise ValueError(
                 f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}"
@@ -232,6 +255,8 @@ class MetricVerdict:
     dropped_candidate: int = 0
     outliers_baseline: int = 0
     outliers_candidate: int = 0
+    set_aside_baseline: int = 0
+    set_aside_candidate: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _json_number(v) for k, v in asdict(self).items()}
@@ -386,6 +411,26 @@ def clean_samples(values: Iterable[Any]) -> tuple[list[float], int]:
     return kept, dropped
 
 
+def set_aside_slowest(
+    values: Sequence[float], direction: Direction, share: float, keep_at_least: int
+) -> tuple[list[float], int]:
+    """Values without the slowest ``share`` of them (``floor(share * n)``), in order.
+
+    Slow means low for a throughput, high for a latency. Never fewer than
+    ``keep_at_least`` values are kept. Returns the kept values and how many
+    were set aside.
+    """
+    drop = min(int(share * len(values)), max(len(values) - keep_at_least, 0))
+    if drop <= 0:
+        return list(values), 0
+    # Slowest first: ascending for a throughput, descending for a latency.
+    order = sorted(
+        range(len(values)), key=lambda i: values[i], reverse=direction is Direction.LOWER
+    )
+    gone = set(order[:drop])
+    return [v for i, v in enumerate(values) if i not in gone], drop
+
+
 def count_outliers(values: Sequence[float], z: float = 3.5) -> int:
     """Trials whose robust z-score (median/MAD) exceeds ``z``.
 
@@ -415,6 +460,17 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _worse_better(change_pct: float, direction: Direction) -> str:
+    """A relative change in words, oriented for the metric: "4.1% worse", "2.0% better"."""
+    if math.isinf(change_pct):
+        return "unbounded"
+    worse = change_pct < 0 if direction is Direction.HIGHER else change_pct > 0
+    size = abs(change_pct)
+    if size < 0.05:
+        return "no change"
+    return f"{size:.1f}% {'worse' if worse else 'better'}"
+
+
 def _pct(value: float) -> str:
     if math.isinf(value):
         return "∞" if value > 0 else "−∞"
@@ -441,6 +497,8 @@ def judge_metric(
     c, c_drop = clean_samples(candidate)
     b_drop += invalid_baseline
     c_drop += invalid_candidate
+    b, b_aside = set_aside_slowest(b, direction, cfg.set_aside_slowest, cfg.min_trials)
+    c, c_aside = set_aside_slowest(c, direction, cfg.set_aside_slowest, cfg.min_trials)
     limit = float(spec.max_regression_pct)
     unit = _UNITS.get(spec.name, "")
     unit_s = f" {unit}" if unit else ""
@@ -456,6 +514,8 @@ def judge_metric(
         "dropped_candidate": c_drop,
         "outliers_baseline": count_outliers(b),
         "outliers_candidate": count_outliers(c),
+        "set_aside_baseline": b_aside,
+        "set_aside_candidate": c_aside,
         "baseline_median": _median(b) if b else None,
         "candidate_median": _median(c) if c else None,
     }
@@ -479,17 +539,23 @@ def judge_metric(
         reg, reg_lo, reg_hi, p = change, lo, hi, est.p_higher
 
     conf = round(cfg.confidence * 100)
+    # One estimate of the change, with its interval, in words that say which
+    # way is worse: the medians of the two sides can point the other way.
+    worst, best = (lo, hi) if direction is Direction.HIGHER else (hi, lo)
+    aside = b_aside + c_aside
     head = (
-        f"{spec.name}: {_fmt(common['baseline_median'])} → {_fmt(common['candidate_median'])}"
-        f"{unit_s} (shift {_pct(change)}, {conf}% bounds {_pct(lo)}…{_pct(hi)}, p={p:.3g})"
+        f"{spec.name}: {_worse_better(change, direction)} than the baseline's "
+        f"{_fmt(common['baseline_median'])}{unit_s} ({2 * conf - 100}% interval "
+        f"{_worse_better(worst, direction)} to {_worse_better(best, direction)}, p={p:.3g}"
+        + (f"; the slowest {b_aside}+{c_aside} trials set aside" if aside else "")
+        + ")"
     )
-    worse = "slower" if direction is Direction.HIGHER else "higher"
 
     significant = p <= cfg.alpha * (1 + 1e-9)
     beyond = reg_lo > limit if cfg.fail_requires_bound else reg > limit
     if significant and beyond:
         verdict = FAIL
-        reason = f"{head}, {worse} beyond the {limit:g}% limit"
+        reason = f"{head}: worse beyond the {limit:g}% limit"
     elif reg_hi <= limit:
         verdict = PASS
         if significant and reg > 0:

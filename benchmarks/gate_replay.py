@@ -1,0 +1,196 @@
+"""The gate's decisions on real trial sequences replayed in order (bursts kept).
+
+``gate_decision_quality.py`` resamples trials independently from a pool; a
+real machine's slow phases come in bursts that span several trials, and the
+baseline and the candidate are measured one after the other. This script
+keeps that: it concatenates the recorded trials of one setup in the order
+they ran (the joins are server restarts, as between a baseline and its
+candidate), picks a random starting trial, and takes the next N trials as the
+baseline and the N (+E per extra round) after them as the candidate,
+wrapping around at the end (a circular block bootstrap with the block as long
+as the whole comparison). Each comparison is judged by ``benchgate.stats``
+exactly as ``benchgate_gate`` judges (output tok/s critical, TTFT and TPOT
+medians judged too when the records have them), on the playbook's schedule:
+while INCONCLUSIVE, one more round of E candidate trials.
+
+Scenarios: A/A (the records as they are: every block is a false block) and a
+regression of ``--regression`` percent (the candidate's tok/s times
+``1 - r``, its latencies divided by that). Overlapping windows share trials,
+so the comparisons are not independent: the rates are estimates from
+``len(records)`` distinct starts, and the script prints that number.
+
+Inputs: ``benchmarks/noise_floor.py --json`` files (``--setup NAME`` picks a
+placement) or ``benchgate.result/1`` files in the order they ran.
+
+    .venv/bin/python benchmarks/gate_replay.py benchmarks/data/noise-floor-2core.json \
+        --setup shared --setup split --schedule 16+16 --schedule 8+8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from benchgate import stats  # noqa: E402
+
+Trial = dict[str, float]
+
+
+def load(paths: Sequence[Path], setup: str) -> list[Trial]:
+    """Every recorded trial of ``setup`` in the order it ran."""
+    out: list[Trial] = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        if "runs" in data:  # noise_floor.py
+            for run in data["runs"].get(setup, []):
+                for t in run:
+                    out.append(t if isinstance(t, dict) else {"output_tokens_per_s": float(t)})
+        elif "trials" in data:  # a benchgate result
+            for trial in data["trials"]:
+                if trial.get("valid", True):
+                    m = trial["metrics"]
+                    out.append(
+                        {
+                            "output_tokens_per_s": float(m["output_tokens_per_s"]),
+                            "ttft_ms": float(m["ttft_ms"]["median"]),
+                            "tpot_ms": float(m["tpot_ms"]["median"]),
+                        }
+                    )
+    return out
+
+
+def slowed(trial: Trial, factor: float) -> Trial:
+    """The same trial on a server ``factor`` times as fast (factor < 1: slower)."""
+    return {k: v * factor if k == "output_tokens_per_s" else v / factor for k, v in trial.items()}
+
+
+def judge(base: list[Trial], cand: list[Trial], limit: float, aside: float) -> str:
+    metrics = [m for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms") if m in base[0]]
+    specs = stats.make_specs(metrics, max_regression_pct=limit)
+    return stats.judge(
+        {m: [t[m] for t in base] for m in metrics},
+        {m: [t[m] for t in cand] for m in metrics},
+        specs,
+        stats.GateConfig(set_aside_slowest=aside),
+    ).verdict
+
+
+def replay(
+    seq: list[Trial],
+    n: int,
+    extra: int,
+    factor: float,
+    limit: float,
+    aside: float,
+    aba: bool,
+    comparisons: int,
+    rng: random.Random,
+) -> dict[str, float]:
+    counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+    trials = 0
+    size = len(seq)
+    for _ in range(comparisons):
+        start = rng.randrange(size)
+
+        def window(offset: int, length: int, s: int = start) -> list[Trial]:
+            return [seq[(s + offset + i) % size] for i in range(length)]
+
+        base = window(0, n)
+        cand = [slowed(t, factor) for t in window(n, n)]
+        if aba:  # benchgate_interleave: the serving release again after the candidate
+            base += window(2 * n, n)
+        verdict = judge(base, cand, limit, aside)
+        used = n
+        if verdict == stats.INCONCLUSIVE and extra > 0:
+            cand += [slowed(t, factor) for t in window((3 if aba else 2) * n, extra)]
+            verdict = judge(base, cand, limit, aside)
+            used += extra
+        counts[verdict] += 1
+        trials += used
+    total = comparisons
+    return {
+        "pass_pct": 100 * counts[stats.PASS] / total,
+        "fail_pct": 100 * counts[stats.FAIL] / total,
+        "inconclusive_pct": 100 * counts[stats.INCONCLUSIVE] / total,
+        "blocked_pct": 100 * (counts[stats.FAIL] + counts[stats.INCONCLUSIVE]) / total,
+        "candidate_trials": trials / total,
+    }
+
+
+def parse_schedule(text: str) -> tuple[int, int, float, bool]:
+    """``N+E[/share][:aba]``: N trials per side, E more candidate trials, the share of
+    each side's slowest trials set aside, A-B-A (the baseline measured again after)."""
+    text, _, mode = text.partition(":")
+    head, _, aside = text.partition("/")
+    n, _, extra = head.partition("+")
+    return int(n), int(extra or 0), float(aside or 0), mode == "aba"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("--setup", action="append", default=[], help="noise_floor placement")
+    ap.add_argument("--schedule", action="append", default=[], help="N+E[/share] (default 16+16)")
+    ap.add_argument("--limit", type=float, default=5.0)
+    ap.add_argument("--regression", type=float, default=15.0)
+    ap.add_argument("--comparisons", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    setups = args.setup or ["result"]
+    schedules = [parse_schedule(text) for text in args.schedule or ["16+16"]]
+    print(
+        "| records | trials in order | schedule | A/A blocked (FAIL, INCONCL.) "
+        f"| {args.regression:g}% slower detected | cand. trials (A/A) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for setup in setups:
+        seq = load(args.records, setup)
+        if len(seq) < 8:
+            raise SystemExit(f"{setup}: only {len(seq)} trials recorded")
+        for n, extra, aside, aba in schedules:
+            slow = 1 - args.regression / 100
+            aa = replay(
+                seq,
+                n,
+                extra,
+                1.0,
+                args.limit,
+                aside,
+                aba,
+                args.comparisons,
+                random.Random(args.seed),
+            )
+            reg = replay(
+                seq,
+                n,
+                extra,
+                slow,
+                args.limit,
+                aside,
+                aba,
+                args.comparisons,
+                random.Random(args.seed),
+            )
+            label = f"{n}+{n}, +{extra} cand."
+            label += f", slowest {aside:.0%} set aside" if aside else ""
+            label += ", A-B-A" if aba else ""
+            print(
+                f"| {setup} | {len(seq)} | {label} | **{aa['blocked_pct']:.1f}%** "
+                f"({aa['fail_pct']:.1f}%, {aa['inconclusive_pct']:.1f}%) | "
+                f"**{reg['blocked_pct']:.1f}%** | {aa['candidate_trials']:.1f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
