@@ -366,12 +366,19 @@ def run_scenario(
             for i in range(n)
         ]  # fmt: skip
 
-    def judge(base: list[dict[str, float]], cand: list[dict[str, float]]) -> stats.Verdict:
+    def judge(
+        base: list[dict[str, float]],
+        cand: list[dict[str, float]],
+        base_runs: list[int],
+        cand_runs: list[int],
+    ) -> stats.Verdict:
         return stats.judge(
             {m: _samples(base, m) for m in setup.metrics},
             {m: _samples(cand, m) for m in setup.metrics},
             specs,
             plan.config,
+            baseline_runs=base_runs,
+            candidate_runs=cand_runs,
         )
 
     for _ in range(comparisons):
@@ -379,8 +386,11 @@ def run_scenario(
         # A-B-A the baseline again, and any extra candidate trials after that.
         base = run(0.0, 0)
         cand = run(slowdown, 1)
+        base_runs = [0] * len(base)
+        cand_runs = [0] * len(cand)
         if plan.aba:
             base += run(0.0, 2)
+            base_runs += [1] * (len(base) - len(base_runs))
         next_phase = 3 if plan.aba else 2
         # The naive rule sees one run each: the first trial of each side.
         naive.add(
@@ -391,15 +401,16 @@ def run_scenario(
                 setup.limit,
             )
         )
-        verdict = judge(base, cand)
+        verdict = judge(base, cand, base_runs, cand_runs)
         # While INCONCLUSIVE: more candidate trials (the baseline release no
         # longer serves), judged against the same baseline.
         for _round in range(plan.rounds if plan.extra else 0):
             if verdict.verdict != stats.INCONCLUSIVE:
                 break
             cand += run(slowdown, next_phase)[: plan.extra]
+            cand_runs += [_round + 1] * (len(cand) - len(cand_runs))
             next_phase += 1
-            verdict = judge(base, cand)
+            verdict = judge(base, cand, base_runs, cand_runs)
         latency_only = verdict.verdict == stats.FAIL and all(
             m.verdict != stats.FAIL for m in verdict.metrics if m.critical
         )

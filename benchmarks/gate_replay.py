@@ -31,9 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -43,26 +45,60 @@ from benchgate import stats  # noqa: E402
 Trial = dict[str, float]
 
 
+def _figures(metrics: dict[str, Any]) -> Trial:
+    return {
+        "output_tokens_per_s": float(metrics["output_tokens_per_s"]),
+        "ttft_ms": float(metrics["ttft_ms"]["median"]),
+        "tpot_ms": float(metrics["tpot_ms"]["median"]),
+    }
+
+
+def ledger_runs(path: Path) -> list[tuple[str, list[Trial]]]:
+    """(phase, valid trials) of every distinct measurement in a ledger, in the order it ran.
+
+    The gate records its baseline again at every look; a merged candidate
+    (the extra trials) holds the first look's trials too: both are counted once.
+    """
+    conn = sqlite3.connect(path)
+    out: list[tuple[str, list[Trial]]] = []
+    seen: set[str] = set()
+    previous: list[Trial] = []
+    for run_id, phase, sha in conn.execute("SELECT id, phase, result_sha256 FROM runs ORDER BY id"):
+        if sha in seen:
+            continue
+        seen.add(sha)
+        trials = [
+            _figures(json.loads(m))
+            for (m,) in conn.execute(
+                "SELECT metrics_json FROM trials WHERE run_id = ? AND valid ORDER BY idx", (run_id,)
+            )
+        ]
+        if phase.startswith("candidate") and previous and trials[: len(previous)] == previous:
+            out.append((phase + "-more", trials[len(previous) :]))
+        else:
+            out.append((phase, trials))
+        previous = trials if phase.startswith("candidate") else []
+    return out
+
+
 def load(paths: Sequence[Path], setup: str) -> list[Trial]:
-    """Every recorded trial of ``setup`` in the order it ran."""
+    """Every recorded trial of ``setup`` in the order it ran.
+
+    For a ledger (``.sqlite``), ``setup`` is a phase: ``baseline`` takes every
+    baseline measurement (the serving release, through the playbook's path).
+    """
     out: list[Trial] = []
     for path in paths:
+        if path.suffix == ".sqlite":
+            out += [t for phase, trials in ledger_runs(path) if phase == setup for t in trials]
+            continue
         data = json.loads(path.read_text())
         if "runs" in data:  # noise_floor.py
             for run in data["runs"].get(setup, []):
                 for t in run:
                     out.append(t if isinstance(t, dict) else {"output_tokens_per_s": float(t)})
         elif "trials" in data:  # a benchgate result
-            for trial in data["trials"]:
-                if trial.get("valid", True):
-                    m = trial["metrics"]
-                    out.append(
-                        {
-                            "output_tokens_per_s": float(m["output_tokens_per_s"]),
-                            "ttft_ms": float(m["ttft_ms"]["median"]),
-                            "tpot_ms": float(m["tpot_ms"]["median"]),
-                        }
-                    )
+            out += [_figures(t["metrics"]) for t in data["trials"] if t.get("valid", True)]
     return out
 
 
@@ -71,14 +107,24 @@ def slowed(trial: Trial, factor: float) -> Trial:
     return {k: v * factor if k == "output_tokens_per_s" else v / factor for k, v in trial.items()}
 
 
-def judge(base: list[Trial], cand: list[Trial], limit: float, aside: float) -> str:
+def judge(
+    base: list[Trial],
+    cand: list[Trial],
+    limit: float,
+    aside: float,
+    runs: tuple[list[int], list[int]] | None = None,
+) -> str:
+    """The gate's verdict; ``runs``: the measurement run of each trial of each side."""
     metrics = [m for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms") if m in base[0]]
     specs = stats.make_specs(metrics, max_regression_pct=limit)
+    base_runs, cand_runs = runs or (None, None)
     return stats.judge(
         {m: [t[m] for t in base] for m in metrics},
         {m: [t[m] for t in cand] for m in metrics},
         specs,
         stats.GateConfig(set_aside_slowest=aside),
+        baseline_runs=base_runs,
+        candidate_runs=cand_runs,
     ).verdict
 
 
@@ -104,13 +150,16 @@ def replay(
 
         base = window(0, n)
         cand = [slowed(t, factor) for t in window(n, n)]
+        runs = ([0] * n, [0] * n)
         if aba:  # benchgate_interleave: the serving release again after the candidate
             base += window(2 * n, n)
-        verdict = judge(base, cand, limit, aside)
+            runs[0].extend([1] * n)
+        verdict = judge(base, cand, limit, aside, runs)
         used = n
         if verdict == stats.INCONCLUSIVE and extra > 0:
             cand += [slowed(t, factor) for t in window((3 if aba else 2) * n, extra)]
-            verdict = judge(base, cand, limit, aside)
+            runs[1].extend([1] * extra)
+            verdict = judge(base, cand, limit, aside, runs)
             used += extra
         counts[verdict] += 1
         trials += used
@@ -133,21 +182,69 @@ def parse_schedule(text: str) -> tuple[int, int, float, bool]:
     return int(n), int(extra or 0), float(aside or 0), mode == "aba"
 
 
+def rejudge(
+    path: Path, labels: list[str], schedules: list[tuple[int, int, float, bool]], limit: float
+) -> None:
+    """Each real run of a ledger judged again, as the playbook would, with each set-aside share.
+
+    A real run is a baseline and the candidate measurements after it (the first
+    look, then the extra trials while INCONCLUSIVE); ``labels`` (e.g. the
+    ``mode`` of each line of gate_real_runs.py's ``--json``) name them in order.
+    """
+    groups: list[dict[str, list[Trial]]] = []
+    for phase, trials in ledger_runs(path):
+        if phase == "baseline":
+            groups.append({"baseline": trials})
+        elif groups and phase in ("candidate", "candidate-more"):
+            groups[-1][phase] = trials
+    print("| real runs | set aside | PASS | FAIL | INCONCLUSIVE |")
+    print("|---|---|---|---|---|")
+    for label in sorted(set(labels)):
+        chosen = [g for g, lab in zip(groups, labels, strict=False) if lab == label]
+        for aside in sorted({sch[2] for sch in schedules}):
+            counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+            for g in chosen:
+                if "candidate" not in g:
+                    continue
+                verdict = judge(g["baseline"], g["candidate"], limit, aside)
+                more = g.get("candidate-more")
+                if verdict == stats.INCONCLUSIVE and more:
+                    runs = ([0] * len(g["baseline"]), [0] * len(g["candidate"]) + [1] * len(more))
+                    verdict = judge(g["baseline"], g["candidate"] + more, limit, aside, runs)
+                counts[verdict] += 1
+            print(
+                f"| {label} ({len(chosen)}) | {aside:.0%} | {counts[stats.PASS]} | "
+                f"{counts[stats.FAIL]} | {counts[stats.INCONCLUSIVE]} |"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("records", nargs="+", type=Path)
+    ap.add_argument("records", nargs="*", type=Path)
     ap.add_argument("--setup", action="append", default=[], help="noise_floor placement")
     ap.add_argument("--schedule", action="append", default=[], help="N+E[/share] (default 16+16)")
     ap.add_argument("--limit", type=float, default=5.0)
     ap.add_argument("--regression", type=float, default=15.0)
     ap.add_argument("--comparisons", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--rejudge",
+        type=Path,
+        help="a ledger of real runs: judge each again with every schedule's set-aside share",
+    )
+    ap.add_argument(
+        "--labels", type=Path, help="with --rejudge: gate_real_runs.py --json, naming each run"
+    )
     args = ap.parse_args(argv)
 
     setups = args.setup or ["result"]
     schedules = [parse_schedule(text) for text in args.schedule or ["16+16"]]
+    if args.rejudge:
+        labels = [json.loads(line)["mode"] for line in args.labels.read_text().splitlines()]
+        rejudge(args.rejudge, labels, schedules, args.limit)
+        return 0
     print(
         "| records | trials in order | schedule | A/A blocked (FAIL, INCONCL.) "
         f"| {args.regression:g}% slower detected | cand. trials (A/A) |"
