@@ -559,3 +559,29 @@ def test_report_renders_in_chromium(ledger_db: tuple[Path, Path], tmp_path: Path
     bare_shot = tmp_path / "bare.png"
     run_chromium(tmp_path, bare, f"--screenshot={bare_shot}", "--window-size=1200,6000")
     assert chart_pixels(bare_shot)[0] < pixels / 50
+
+
+def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
+    """Issue 20: the A/B table said ngram -10.9% vs off while the report said
+    +2.7% for the same runs. The report now shows the A/B's own estimate."""
+    from benchgate.report import arm_rows
+    from benchgate.report.data import RunView
+
+    def run(i: int, arm: str, tput: float) -> RunView:
+        return RunView(
+            id=i, recorded_at="2026-12-05T00:00:00Z", host="h", phase=f"spec:{arm}",
+            release="0.32.0", arm=arm, speculative=None, model=None, workload="demo",
+            hardware=None, throughput=tput, throughput_samples=[tput], ttft_ms=None,
+            tpot_ms=None, acceptance_rate=None, per_position=None, roofline=None,
+            result_source=None,
+        )  # fmt: skip
+
+    runs = [run(1, "off", 330.1), run(2, "ngram-k3", 338.9)]
+    by_medians = {r.arm: r.change_vs_off_pct for r in arm_rows(runs)}
+    assert by_medians["ngram-k3"] == pytest.approx(2.67, abs=0.01)
+    choice = {
+        "release": "0.32.0",
+        "arms": [{"name": "off", "gain_pct": None}, {"name": "ngram-k3", "gain_pct": -10.9}],
+    }
+    by_ab = {r.arm: r.change_vs_off_pct for r in arm_rows(runs, [choice])}
+    assert by_ab == {"off": None, "ngram-k3": -10.9}

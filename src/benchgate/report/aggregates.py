@@ -33,8 +33,25 @@ class ArmRow:
     per_position: list[float] | None
 
 
-def arm_rows(runs: Sequence[RunView]) -> list[ArmRow]:
-    """Per release and arm: medians over the runs, and the change of tokens/s against off."""
+def ab_estimates(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """(release, arm) -> the latest A/B's estimate of the arm's change against off, in %.
+
+    The A/B table and its choice use this estimate (Hodges-Lehmann over the
+    trials); the report shows the same figure, not a second one.
+    """
+    out: dict[tuple[str, str], float] = {}
+    for choice in choices:  # oldest first: the latest wins
+        for arm in choice.get("arms") or []:
+            gain = num(arm.get("gain_pct")) if isinstance(arm, Mapping) else None
+            if gain is not None:
+                out[(str(choice.get("release")), str(arm.get("name")))] = gain
+    return out
+
+
+def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ()) -> list[ArmRow]:
+    """Per release and arm: medians over the runs, and the change of tokens/s against off:
+    the A/B's own estimate where the ledger has it (``choices``), else the medians' ratio."""
+    estimates = ab_estimates(choices)
     groups: dict[tuple[str, str], list[RunView]] = {}
     for r in runs:
         groups.setdefault((r.release, r.arm), []).append(r)
@@ -45,8 +62,8 @@ def arm_rows(runs: Sequence[RunView]) -> list[ArmRow]:
     ):
         tput = median(x.throughput for x in rs)
         base = off.get(rel)
-        change = None
-        if arm != OFF and base and tput is not None:
+        change = estimates.get((rel, arm))
+        if change is None and arm != OFF and base and tput is not None:
             change = 100.0 * (tput - base) / base
         latest_pp = next((x.per_position for x in reversed(rs) if x.per_position), None)
         rows.append(

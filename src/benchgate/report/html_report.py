@@ -138,7 +138,7 @@ def _host_html(report: Report, host: str) -> str:
         facts.append(f"hardware <code>{_e(hw_text[:200])}</code>")
     out.append(f'<p class="note">{"; ".join(facts)}.</p>')
 
-    rows = arm_rows(runs)
+    rows = arm_rows(runs, choices)
     out.append("<h3>Per release and speculative arm</h3>")
     out.append(
         _table(
@@ -177,8 +177,10 @@ def _host_html(report: Report, host: str) -> str:
         )
     )
     out.append(
-        '<p class="note">Medians over the runs of each group; "vs off" compares tokens/s '
-        'with the same release\'s "off" arm. A run counts as "off" unless the ledger or '
+        '<p class="note">Medians over the runs of each group; "vs off" is the A/B\'s own '
+        'estimate of the change in tokens/s against the same release\'s "off" arm (as in its '
+        "table), or, without a recorded A/B, the ratio of the medians. A run counts as "
+        '"off" unless the ledger or '
         "its result records a speculative configuration, or its phase is an arm label such as "
         "<code>arm:ngram-k3</code>.</p>"
     )

@@ -62,7 +62,7 @@ def render_markdown(report: Report) -> str:
         if not runs:
             lines += ["No runs recorded.", ""]
             continue
-        rows = arm_rows(runs)
+        rows = arm_rows(runs, choices)
         lines += _md_table(
             ["release", "speculative", "runs", "tokens/s", "vs off", "TTFT ms", "TPOT ms"],
             [
