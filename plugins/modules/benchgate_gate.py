@@ -392,7 +392,7 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         latency_stat=params["latency_stat"],
         **(
             {"set_aside_slowest": params["set_aside_slowest"]}
-            if params["set_aside_slowest"] is not None
+            if params.get("set_aside_slowest") is not None
             else {}
         ),
     )
