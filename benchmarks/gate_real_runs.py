@@ -11,6 +11,10 @@ baseline, candidate, restart, gate, keep or roll back. Two modes:
   ``--quota`` of one CPU (``vllm_service_cpu_quota``): a real regression of
   known size on a server pinned to one CPU (85% = 15% less CPU time). Every
   PASS is a miss; after one, ``deploy.yml`` puts the unit without the cap back.
+  Needs a host whose systemd can enforce ``CPUQuota=`` (cgroup v2, or the cpu
+  controller delegated): the podman demo host on a cgroup v1 machine cannot,
+  and ``vllm_service`` then fails its verify step (so each run is a rollback,
+  not a measurement of the cap).
 
 Each run's verdict and estimate come from the ledger (its own file,
 ``--ledger``); the baseline and candidate trials stay there in the order they
