@@ -19,6 +19,15 @@ regression of ``--regression`` percent (the candidate's tok/s times
 so the comparisons are not independent: the rates are estimates from
 ``len(records)`` distinct starts, and the script prints that number.
 
+``--design`` replays at the level of measurement runs instead (issue 20: the
+level of the machine moves between runs, restarted or not): the recorded
+runs in the order they ran, ``N`` trials of each, assigned in turn to a
+design's letters (``AB+B``: baseline, candidate, and while INCONCLUSIVE one
+more candidate run; ``ABA+B``: A-B-A), judged with ``--run-spread`` (the
+gate's ``run_spread_pct``) and ``--limit``. Every window of consecutive runs
+is one comparison, so the rates come from as many comparisons as there are
+runs.
+
 Inputs: ``benchmarks/noise_floor.py --json`` files (``--setup NAME`` picks a
 placement) or ``benchgate.result/1`` files in the order they ran.
 
@@ -100,6 +109,90 @@ def load(paths: Sequence[Path], setup: str) -> list[Trial]:
         elif "trials" in data:  # a benchgate result
             out += [_figures(t["metrics"]) for t in data["trials"] if t.get("valid", True)]
     return out
+
+
+def load_runs(paths: Sequence[Path], trials: int) -> list[list[Trial]]:
+    """Every recorded measurement run, in the order it ran, cut to its first ``trials``.
+
+    Ledger: every distinct measurement (A-B-A's two baselines, recorded as one,
+    split again; the candidate's extra trials are a run of their own).
+    ``noise_floor.py --json``: every run of every placement, round by round.
+    """
+    out: list[list[Trial]] = []
+    for path in paths:
+        if path.suffix == ".sqlite":
+            for phase, run in ledger_runs(path):
+                if phase.startswith("baseline:a-b-a"):
+                    half = len(run) // 2
+                    out += [run[:half], run[half:]]
+                else:
+                    out.append(run)
+            continue
+        data = json.loads(path.read_text())
+        names = list(data["runs"])
+        for r in range(max(len(v) for v in data["runs"].values())):
+            out += [data["runs"][name][r] for name in names if r < len(data["runs"][name])]
+    short = [run for run in out if len(run) < trials]
+    if short:
+        raise SystemExit(f"{len(short)} runs have fewer than {trials} trials: lower --trials")
+    return [run[:trials] for run in out]
+
+
+def replay_design(
+    runs: list[list[Trial]],
+    design: str,
+    factor: float,
+    limit: float,
+    spread: float,
+) -> dict[str, float]:
+    """Every window of consecutive runs judged with ``design`` (e.g. ``ABA+B``)."""
+    first, _, more = design.partition("+")
+    counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+    used = 0
+    metrics = [m for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms") if m in runs[0][0]]
+    specs = stats.make_specs(metrics, max_regression_pct=limit)
+    config = stats.GateConfig(run_spread_pct=spread)
+    for start in range(len(runs)):
+        sides: dict[str, list[tuple[int, Trial]]] = {"A": [], "B": []}
+
+        def take(
+            letters: str,
+            offset: int,
+            sides: dict[str, list[tuple[int, Trial]]],
+            start: int = start,
+        ) -> None:
+            for i, letter in enumerate(letters):
+                run = runs[(start + offset + i) % len(runs)]
+                label = len({r for r, _ in sides[letter]})
+                f = factor if letter == "B" else 1.0
+                sides[letter] += [(label, slowed(t, f)) for t in run]
+
+        def verdict(sides: dict[str, list[tuple[int, Trial]]]) -> str:
+            return stats.judge(
+                {m: [t[m] for _, t in sides["A"]] for m in metrics},
+                {m: [t[m] for _, t in sides["B"]] for m in metrics},
+                specs,
+                config,
+                baseline_runs=[r for r, _ in sides["A"]],
+                candidate_runs=[r for r, _ in sides["B"]],
+            ).verdict
+
+        take(first, 0, sides)
+        result = verdict(sides)
+        runs_used = len(first)
+        if result == stats.INCONCLUSIVE and more:
+            take(more, len(first), sides)
+            result = verdict(sides)
+            runs_used += len(more)
+        counts[result] += 1
+        used += runs_used
+    total = len(runs)
+    return {
+        "fail_pct": 100 * counts[stats.FAIL] / total,
+        "inconclusive_pct": 100 * counts[stats.INCONCLUSIVE] / total,
+        "blocked_pct": 100 * (counts[stats.FAIL] + counts[stats.INCONCLUSIVE]) / total,
+        "runs": used / total,
+    }
 
 
 def slowed(trial: Trial, factor: float) -> Trial:
@@ -237,7 +330,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--labels", type=Path, help="with --rejudge: gate_real_runs.py --json, naming each run"
     )
+    ap.add_argument(
+        "--design",
+        action="append",
+        default=[],
+        help="replay runs, not trials: e.g. AB+B, ABA+B (see above)",
+    )
+    ap.add_argument("--trials", type=int, default=16, help="with --design: trials per run")
+    ap.add_argument(
+        "--run-spread",
+        action="append",
+        type=float,
+        default=[],
+        help="with --design: the gate's run_spread_pct (repeatable; default 0)",
+    )
     args = ap.parse_args(argv)
+
+    if args.design:
+        runs = load_runs(args.records, args.trials)
+        slow = 1 - args.regression / 100
+        print(f"{len(runs)} runs of {args.trials} trials, limit {args.limit:g}%")
+        print(
+            "| design | run spread | decidable limit | A/A blocked (FAIL, INCONCL.) "
+            f"| {args.regression:g}% slower detected | runs (A/A) |"
+        )
+        print("|---|---|---|---|---|---|")
+        for design in args.design:
+            first = design.partition("+")[0]
+            k = (first.count("A"), first.count("B"))
+            for spread in args.run_spread or [0.0]:
+                aa = replay_design(runs, design, 1.0, args.limit, spread)
+                reg = replay_design(runs, design, slow, args.limit, spread)
+                print(
+                    f"| {design} | {spread:g}% | {stats.decidable_limit_pct(spread, k):.1f}% "
+                    f"| **{aa['blocked_pct']:.1f}%** ({aa['fail_pct']:.1f}%, "
+                    f"{aa['inconclusive_pct']:.1f}%) | **{reg['blocked_pct']:.1f}%** "
+                    f"| {aa['runs']:.2f} |"
+                )
+        return 0
 
     setups = args.setup or ["result"]
     schedules = [parse_schedule(text) for text in args.schedule or ["16+16"]]

@@ -17,6 +17,15 @@ Placements (``--placements``, comma-separated):
   ``vllm_service_cpu_affinity`` + ``vllm_benchmark_cpu_affinity`` render.
 * ``omp-last``: only vLLM's compute threads bound to the last core.
 
+Any placement takes suffixes that fix what varies from one server start to the
+next (the "level" of a start, issue 20): ``+hashseed`` sets
+``PYTHONHASHSEED=0`` (Python's string hashing, hence dict and set layout, is
+otherwise random per process), ``+noaslr`` runs the server under ``setarch -R``
+(no address-space layout randomisation, for the server and its children).
+Example: ``--placements split,split+hashseed,split+hashseed+noaslr``. The
+summary's "start-to-start" column is the spread of the runs' medians: each
+run is a fresh start.
+
 Example (about 25 minutes on the 2-core VM)::
 
     scripts/bench-vllm-venv.sh 0.32.0
@@ -44,6 +53,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def placement_env(name: str, last: int) -> tuple[list[str], dict[str, str], list[str]]:
     """(server command prefix, server env, client command prefix) of a placement."""
+    base, *fixes = name.split("+")
+    prefix, env, client = _placement(base, last)
+    for fix in fixes:
+        if fix == "hashseed":
+            env = {**env, "PYTHONHASHSEED": "0"}
+        elif fix == "noaslr":
+            prefix = ["setarch", os.uname().machine, "-R", *prefix]
+        else:
+            raise SystemExit(f"unknown suffix +{fix}: +hashseed, +noaslr")
+    return prefix, env, client
+
+
+def _placement(name: str, last: int) -> tuple[list[str], dict[str, str], list[str]]:
     others = ",".join(str(c) for c in range(last)) or str(last)
     if name == "shared":
         return [], {}, []
@@ -190,17 +212,25 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         "| placement | runs x trials | median tok/s | CV (median of runs) | robust CV "
-        "| trials >10% below | lag-1 |"
+        "| trials >10% below | lag-1 | start-to-start CV | run medians |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     summary: dict[str, Any] = {}
     for name in names:
         ds = [describe([t["output_tokens_per_s"] for t in run]) for run in runs[name]]
-        row = {k: statistics.median(d[k] for d in ds) for k in ds[0]}
+        row: dict[str, Any] = {k: statistics.median(d[k] for d in ds) for k in ds[0]}
+        medians = [d["median"] for d in ds]
+        row["start_cv_pct"] = (
+            100 * statistics.stdev(medians) / statistics.fmean(medians)
+            if len(medians) > 1
+            else float("nan")
+        )
+        row["run_medians"] = medians
         summary[name] = row
         print(
             f"| {name} | {len(ds)} x {args.trials} | {row['median']:.1f} | {row['cv_pct']:.1f}% | "
-            f"{row['robust_cv_pct']:.1f}% | {row['slow_share_pct']:.1f}% | {row['lag1']:+.2f} |"
+            f"{row['robust_cv_pct']:.1f}% | {row['slow_share_pct']:.1f}% | {row['lag1']:+.2f} "
+            f"| {row['start_cv_pct']:.1f}% | {' '.join(f'{m:.0f}' for m in medians)} |"
         )
     if args.json:
         args.json.write_text(

@@ -261,3 +261,52 @@ def test_an_empty_list_of_results_is_a_clear_failure() -> None:
     out = run_module({"baseline": [], "candidate": make_result(1.0)})
     assert out["_failed"]
     assert "baseline: an empty list of results" in out["msg"]
+
+
+def test_run_spread_widens_the_interval_less_with_more_runs() -> None:
+    # Candidate 3% slower, trials tight (1%): trusted as they are, it PASSes
+    # within the 5% limit. With a 4% run-to-run spread and one run per side,
+    # a 3% difference between two runs is ordinary: INCONCLUSIVE.
+    base = make_result(1.0, n=16, seed=1)
+    cand = make_result(0.97, n=16, seed=2)
+    plain = run_module({"baseline": base, "candidate": cand})
+    assert plain["verdict"] == "PASS", plain["reasons"]
+    one = run_module({"baseline": base, "candidate": cand, "run_spread_pct": 4.0})
+    assert one["verdict"] == "INCONCLUSIVE", one["reasons"]
+    tput = next(m for m in one["metrics"] if m["metric"] == "output_tokens_per_s")
+    assert (tput["runs_baseline"], tput["runs_candidate"]) == (1, 1)
+    assert "1+1 runs, 4% run-to-run spread included" in tput["reason"]
+    # The estimate is the same; only the interval moved.
+    plain_tput = next(m for m in plain["metrics"] if m["metric"] == "output_tokens_per_s")
+    assert tput["change_pct"] == plain_tput["change_pct"]
+    assert tput["change_lo_pct"] < plain_tput["change_lo_pct"] - 4.0
+
+    # The same 32 trials per side as four runs each: a narrower interval.
+    many = run_module(
+        {
+            "baseline": [make_result(1.0, n=8, seed=10 + i) for i in range(4)],
+            "candidate": [make_result(1.0, n=8, seed=20 + i) for i in range(4)],
+            "run_spread_pct": 4.0,
+        }
+    )
+    many_tput = next(m for m in many["metrics"] if m["metric"] == "output_tokens_per_s")
+    assert (many_tput["runs_baseline"], many_tput["runs_candidate"]) == (4, 4)
+    single = run_module(
+        {
+            "baseline": make_result(1.0, n=32, seed=10),
+            "candidate": make_result(1.0, n=32, seed=20),
+            "run_spread_pct": 4.0,
+        }
+    )
+    one_tput = next(m for m in single["metrics"] if m["metric"] == "output_tokens_per_s")
+    width = many_tput["change_hi_pct"] - many_tput["change_lo_pct"]
+    assert width < 0.75 * (one_tput["change_hi_pct"] - one_tput["change_lo_pct"])
+
+
+def test_decidable_limit_follows_the_runs() -> None:
+    from benchgate import stats
+
+    # 2 * 1.645 * ln(1.04) * sqrt(2) = 0.183 on the log scale: about 20%.
+    assert stats.decidable_limit_pct(4.0, (1, 1)) == pytest.approx(20.0, abs=0.2)
+    assert stats.decidable_limit_pct(4.0, (2, 2)) < stats.decidable_limit_pct(4.0, (2, 1))
+    assert stats.decidable_limit_pct(0.0, (1, 1)) == 0.0

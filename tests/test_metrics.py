@@ -32,6 +32,9 @@ def test_real_vllm_metrics_text():
     # request_success is labelled by finished_reason: the labels are summed.
     assert snap.values["request_success"] == snap.values["ttft_count"]
     assert "spec_drafts" not in snap.values and snap.spec_per_pos == {}
+    # The API server's start time tells one server start from the next (issue 20).
+    assert snap.values["process_start_time"] > 1.7e9
+    assert diff(snap, snap).process_start_time_s == snap.values["process_start_time"]
 
 
 def test_old_metric_names_are_found():

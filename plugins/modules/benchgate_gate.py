@@ -122,6 +122,16 @@ options:
         still shows. Omitted, the default of C(benchgate.stats.GateConfig) applies
         (docs/benchmarks.md, "Bursts").
     type: float
+  run_spread_pct:
+    description:
+      - Standard deviation, in percent, of the level of one measurement run on this host;
+        the same release measured again, restarted or minutes later, comes out this much
+        apart. Both bounds of the interval widen by it, less so the more runs each side
+        has (A-B-A's second baseline, the candidate's extra trials). 0 (the default of
+        C(benchgate.stats.GateConfig) when omitted) trusts the trials of one run, as a GPU
+        host allows; a small shared CPU host needs it (docs/benchmarks.md, "Noise on a
+        2-core machine").
+    type: float
   ledger:
     description: Path of the SQLite ledger on the controller. Nothing is recorded when omitted.
     type: path
@@ -330,6 +340,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     },
     "fail_requires_bound": {"type": "bool", "default": True},
     "set_aside_slowest": {"type": "float"},
+    "run_spread_pct": {"type": "float"},
     "ledger": {"type": "path"},
     "host": {"type": "str"},
     "release": {"type": "str"},
@@ -390,11 +401,11 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         noncritical_fail=params["noncritical_fail"],
         fail_requires_bound=params["fail_requires_bound"],
         latency_stat=params["latency_stat"],
-        **(
-            {"set_aside_slowest": params["set_aside_slowest"]}
-            if params.get("set_aside_slowest") is not None
-            else {}
-        ),
+        **{
+            key: params[key]
+            for key in ("set_aside_slowest", "run_spread_pct")
+            if params.get(key) is not None
+        },
     )
     verdict = bg_stats.judge_results(baseline, candidate, specs, config)
     out = verdict.to_dict()

@@ -77,6 +77,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[list[stats.MetricSpec], 
             fail_requires_bound=args.fail_requires_bound,
             latency_stat=args.latency_stat,
             set_aside_slowest=args.set_aside_slowest,
+            run_spread_pct=args.run_spread_pct,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from exc
@@ -235,6 +236,13 @@ def _add_judge(subparsers: Any) -> None:
         type=float,
         default=stats.GateConfig.set_aside_slowest,
         help="share of each side's trials set aside at the slow end (default: %(default)s)",
+    )
+    p.add_argument(
+        "--run-spread-pct",
+        type=float,
+        default=stats.GateConfig.run_spread_pct,
+        help="standard deviation of a measurement run's level on the host, percent; widens "
+        "the interval by it, less with more runs per side (default: %(default)s)",
     )
     p.add_argument("--output", help="write the verdict JSON here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")

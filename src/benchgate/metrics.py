@@ -48,6 +48,9 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     "requests_running": ("vllm:num_requests_running",),
     "requests_waiting": ("vllm:num_requests_waiting",),
+    # prometheus_client's process collector (the API server process): tells
+    # one server start from the next (issue 20: each start has its own level).
+    "process_start_time": ("process_start_time_seconds",),
 }
 SPEC_PER_POS = (
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
@@ -149,6 +152,7 @@ class ServerMetrics:
     itl_mean_ms: float | None = None
     e2el_mean_ms: float | None = None
     kv_cache_usage: float | None = None  # gauge at the end of the trial (0..1)
+    process_start_time_s: float | None = None  # the API server's start (unix time)
     spec_decode: dict[str, Any] | None = None
     metric_names: dict[str, str] = field(default_factory=dict)
 
@@ -215,6 +219,7 @@ def diff(before: Snapshot, after: Snapshot) -> ServerMetrics:
         itl_mean_ms=_mean_ms(deltas["itl_sum"], deltas["itl_count"]),
         e2el_mean_ms=_mean_ms(deltas["e2el_sum"], deltas["e2el_count"]),
         kv_cache_usage=after.values.get("kv_cache_usage"),
+        process_start_time_s=after.values.get("process_start_time"),
         metric_names=dict(after.names),
     )
     drafts = deltas["spec_drafts"]

@@ -104,6 +104,27 @@ trials (a stall every minute) is judged on its good trials, which is the
 price, and why it is off by default. The reason names how many trials were
 set aside.
 
+Runs: the level moves between them
+-----------------------------------
+A measurement run is one pass of the workload's trials, back to back (the
+baseline; the candidate; A-B-A's second baseline; the candidate's extra
+trials). On a shared host the level of the whole machine moves over minutes:
+on the 2-core demo host the same release measured 4-6% apart (standard
+deviation) from one run to the next, restarted or not, while the trials of
+one run agreed to 2-5% (docs/benchmarks.md, "Noise on a 2-core machine").
+The rank interval above is built from trials and knows nothing of that, so
+it is far too narrow when each side is one run. ``run_spread_pct`` (default
+0: on a GPU host runs agree to 0.1-0.3%) is that standard deviation of a
+run's level in percent, as measured on the host (``benchmarks/noise_floor.py``,
+the A/A mode of ``playbooks/upgrade.yml``). When set, each one-sided bound
+moves away from the estimate to ``sqrt(d**2 + (z * s * sqrt(1/k_b + 1/k_c))**2)``
+on the log scale, where ``d`` is the rank bound's distance, ``z`` the normal
+quantile of ``confidence``, ``s`` the spread and ``k_b``/``k_c`` the runs per
+side (the ``run`` labels ``merge_results`` gives; one result is one run). The
+two parts add as independent variances do. More runs per side (A-B-A, the
+extra candidate trials) narrow it; more trials of one run cannot. The
+smallest limit a schedule can decide follows: see :func:`decidable_limit_pct`.
+
 Reasons
 -------
 Every reason tells one story: the Hodges-Lehmann estimate of the change and
@@ -208,6 +229,9 @@ class GateConfig:
     # Share of each side's trials set aside at the slow end before judging
     # (0.25: the slowest quarter). See "Bursts" in the module docstring.
     set_aside_slowest: float = 0.0
+    # Standard deviation of a measurement run's level, percent (see "Runs"
+    # in the module docstring); 0 = the trials of one run suffice.
+    run_spread_pct: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 0.5:
@@ -220,6 +244,8 @@ class GateConfig:
             )
         if not 0.0 <= self.set_aside_slowest < 0.5:
             raise ValueError(f"set_aside_slowest must be in [0, 0.5), got {self.set_aside_slowest}")
+        if not (math.isfinite(self.run_spread_pct) and 0.0 <= self.run_spread_pct < 100.0):
+            raise ValueError(f"run_spread_pct must be in [0, 100), got {self.run_spread_pct}")
         if self.latency_stat not in LATENCY_STATS:
             raise ValueError(
                 f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}"
@@ -267,6 +293,9 @@ class MetricVerdict:
     outliers_candidate: int = 0
     set_aside_baseline: int = 0
     set_aside_candidate: int = 0
+    runs_baseline: int = 1
+    runs_candidate: int = 1
+    run_spread_pct: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _json_number(v) for k, v in asdict(self).items()}
@@ -405,6 +434,44 @@ def hodges_lehmann(
     )
 
 
+def _run_term(spread_pct: float, runs: tuple[int, int], alpha: float) -> float:
+    """The run-to-run part of a bound's distance, on the log scale."""
+    from statistics import NormalDist
+
+    k_b, k_c = (max(1, k) for k in runs)
+    return (
+        NormalDist().inv_cdf(1.0 - alpha)
+        * math.log1p(spread_pct / 100.0)
+        * math.sqrt(1.0 / k_b + 1.0 / k_c)
+    )
+
+
+def decidable_limit_pct(spread_pct: float, runs: tuple[int, int], alpha: float = 0.05) -> float:
+    """The smallest regression limit that identical releases PASS with probability
+    ``1 - alpha`` from the run-to-run spread alone: their estimate scatters by the
+    same normal term the bound adds, so the bound stays within the limit only
+    when the limit is twice that term (the trials' own noise comes on top)."""
+    return 100.0 * math.expm1(2.0 * _run_term(spread_pct, runs, alpha))
+
+
+def widen_for_runs(
+    est: ShiftEstimate, spread_pct: float, runs: tuple[int, int], alpha: float
+) -> ShiftEstimate:
+    """``est`` with both bounds widened by the run-to-run spread (module docstring,
+    "Runs"); unchanged when the spread is 0 or a bound is unattainable."""
+    if spread_pct <= 0 or not (math.isfinite(est.change_lo) and math.isfinite(est.change_hi)):
+        return est
+    extra = _run_term(spread_pct, runs, alpha)
+    shift = math.log1p(est.change)
+    down = shift - math.log1p(est.change_lo)
+    up = math.log1p(est.change_hi) - shift
+    return replace(
+        est,
+        change_lo=math.expm1(shift - math.hypot(down, extra)),
+        change_hi=math.expm1(shift + math.hypot(up, extra)),
+    )
+
+
 def clean_samples(values: Iterable[Any]) -> tuple[list[float], int]:
     """Keep finite positive numbers; return them and how many were dropped."""
     kept: list[float] = []
@@ -528,7 +595,8 @@ def judge_metric(
     so that the reason can say why samples are missing. ``*_runs`` name the
     measurement run of each value (A-B-A's two baselines, a candidate's extra
     trials): the slowest trials are set aside within each run, so a drift
-    between runs, which A-B-A cancels, is not taken for a burst.
+    between runs, which A-B-A cancels, is not taken for a burst; and they
+    count the runs per side for ``config.run_spread_pct``.
     """
     cfg = config or GateConfig()
     direction = spec.resolved_direction()
@@ -558,6 +626,9 @@ def judge_metric(
         "outliers_candidate": count_outliers(full_c),
         "set_aside_baseline": b_aside,
         "set_aside_candidate": c_aside,
+        "runs_baseline": len(set(baseline_runs)) if baseline_runs else 1,
+        "runs_candidate": len(set(candidate_runs)) if candidate_runs else 1,
+        "run_spread_pct": cfg.run_spread_pct,
         "baseline_median": _median(full_b) if full_b else None,
         "candidate_median": _median(full_c) if full_c else None,
     }
@@ -571,7 +642,8 @@ def judge_metric(
             why += f"; dropped {b_drop} baseline, {c_drop} candidate"
         return MetricVerdict(verdict=INCONCLUSIVE, reason=why + ")", **common)
 
-    est = hodges_lehmann(b, c, cfg.alpha)
+    runs = (common["runs_baseline"], common["runs_candidate"])
+    est = widen_for_runs(hodges_lehmann(b, c, cfg.alpha), cfg.run_spread_pct, runs, cfg.alpha)
     change = est.change * 100.0
     lo = est.change_lo * 100.0
     hi = est.change_hi * 100.0
@@ -590,6 +662,11 @@ def judge_metric(
         f"{_fmt(common['baseline_median'])}{unit_s} ({2 * conf - 100}% interval "
         f"{_worse_better(worst, direction)} to {_worse_better(best, direction)}, p={p:.3g}"
         + (f"; the slowest {b_aside}+{c_aside} trials set aside" if aside else "")
+        + (
+            f"; {runs[0]}+{runs[1]} runs, {cfg.run_spread_pct:g}% run-to-run spread included"
+            if cfg.run_spread_pct > 0
+            else ""
+        )
         + ")"
     )
 
