@@ -15,6 +15,16 @@ baseline, candidate, restart, gate, keep or roll back. Two modes:
   controller delegated): the podman demo host on a cgroup v1 machine cannot,
   and ``vllm_service`` then fails its verify step (so each run is a rollback,
   not a measurement of the cap).
+* ``--mode hog``: A/A, but whenever the candidate serves, a second process on
+  the server's CPU (``--hog-cpu``) burns ``--hog-duty`` of that CPU's time
+  (it counts its own CPU time, so it takes that share however busy the server
+  is): a regression of about that size that needs no cgroup. The script
+  follows the server's process (the demo container's processes are visible in
+  this machine's /proc, and its CPUs are this machine's): the first start in
+  a run is the candidate, A-B-A's second start the serving release, the third
+  the candidate again, a fourth (the rollback) the serving release. Every
+  PASS is a miss. Without speculative arms (pass
+  ``-e '{"benchgate_speculative_candidates": []}'``): each arm is a start too.
 
 Each run's verdict and estimate come from the ledger (its own file,
 ``--ledger``); the baseline and candidate trials stay there in the order they
@@ -23,7 +33,7 @@ and, at the end, the rates with exact (Clopper-Pearson) 95% intervals.
 
     .venv/bin/python benchmarks/gate_real_runs.py --mode aa --runs 10 \
         --ledger benchmarks/data/real-runs.sqlite
-    .venv/bin/python benchmarks/gate_real_runs.py --mode quota --runs 5 \
+    .venv/bin/python benchmarks/gate_real_runs.py --mode hog --hog-duty 0.15 --runs 5 \
         --ledger benchmarks/data/real-runs.sqlite
 """
 
@@ -34,6 +44,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -73,6 +84,75 @@ def playbook(args: argparse.Namespace, name: str, extra: Sequence[str], log: Pat
         ).returncode
 
 
+# Pinned to the server's CPU: every period, burn DUTY of it in this process's
+# own CPU time, then sleep to the period's end.
+HOG = """
+import sys, time
+duty, period = float(sys.argv[1]), 0.01
+while True:
+    start, cpu = time.monotonic(), time.thread_time()
+    while time.thread_time() - cpu < duty * period:
+        pass
+    time.sleep(max(0.0, period - (time.monotonic() - start)))
+"""
+
+
+def server_pid(match: str) -> int | None:
+    """The oldest process whose command line holds ``match`` (the API server: the
+    demo container's processes are this machine's, in its own /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if match in cmdline:
+            pids.append(int(entry.name))
+    return min(pids) if pids else None
+
+
+class CandidateHog:
+    """Burns ``duty`` of ``cpu`` whenever the candidate serves (see ``--mode hog``)."""
+
+    def __init__(self, match: str, cpu: str, duty: float) -> None:
+        self.match, self.cpu, self.duty = match, cpu, duty
+        self.stop = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.starts = 0
+
+    def _set(self, on: bool) -> None:
+        if on and self.proc is None:
+            self.proc = subprocess.Popen(
+                ["taskset", "-c", self.cpu, sys.executable, "-c", HOG, str(self.duty)]
+            )
+        elif not on and self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def _follow(self) -> None:
+        last = server_pid(self.match)
+        while not self.stop.wait(1.0):
+            pid = server_pid(self.match)
+            if pid is not None and pid != last:
+                self.starts += 1
+                self._set(self.starts % 2 == 1)  # odd starts: the candidate
+            if pid is not None:
+                last = pid
+
+    def __enter__(self) -> CandidateHog:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._set(False)
+
+
 def throughput(details: dict[str, Any]) -> dict[str, Any]:
     for metric in details.get("metrics", []):
         if metric.get("metric") == "output_tokens_per_s":
@@ -84,10 +164,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--mode", choices=("aa", "quota"), required=True)
+    ap.add_argument("--mode", choices=("aa", "quota", "hog"), required=True)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--version", default="0.32.0", help="the release that serves on the host")
     ap.add_argument("--quota", default="85%", help="--mode quota: the candidate's CPUQuota=")
+    ap.add_argument("--hog-duty", type=float, default=0.15, help="--mode hog: CPU share taken")
+    ap.add_argument("--hog-cpu", default="1", help="--mode hog: the server's CPU")
+    ap.add_argument(
+        "--server-match",
+        default="bin/vllm serve",
+        help="--mode hog: a string of the server's command line",
+    )
     ap.add_argument("--ledger", type=Path, default=ROOT / "benchmarks/data/real-runs.sqlite")
     ap.add_argument("--log", type=Path, default=Path("/tmp/gate_real_runs.log"))
     ap.add_argument("--json", type=Path, help="append one JSON line per run here")
@@ -99,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     minutes: list[float] = []
     for i in range(1, args.runs + 1):
         started = time.monotonic()
-        rc = playbook(args, "upgrade.yml", extra, args.log)
+        if args.mode == "hog":
+            with CandidateHog(args.server_match, args.hog_cpu, args.hog_duty):
+                rc = playbook(args, "upgrade.yml", extra, args.log)
+        else:
+            rc = playbook(args, "upgrade.yml", extra, args.log)
         took = (time.monotonic() - started) / 60
         minutes.append(took)
         latest = ledger.latest_verdicts(args.ledger)
@@ -128,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = sum(verdicts.values())
     blocked = n - verdicts["PASS"]
     what = "false blocks" if args.mode == "aa" else "detected"
+    if args.mode == "hog":
+        print(
+            f"(the hog took {args.hog_duty:.0%} of CPU {args.hog_cpu} while the candidate served)"
+        )
     lo, hi = interval(blocked, n)
     print(
         f"\n{args.mode}: {n} runs, {dict(verdicts)}; {what} {blocked}/{n} = "

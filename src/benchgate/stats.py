@@ -652,14 +652,17 @@ def judge_metric(
     else:
         reg, reg_lo, reg_hi, p = change, lo, hi, est.p_higher
 
-    conf = round(cfg.confidence * 100)
+    # Levels as users read them: 95 and 90, or 97.5 and 95 at alpha 0.025.
+    conf = f"{round(cfg.confidence * 100, 1):g}"
+    two_sided = f"{round((2 * cfg.confidence - 1) * 100, 1):g}"
     # One estimate of the change, with its interval, in words that say which
     # way is worse: the medians of the two sides can point the other way.
     worst, best = (lo, hi) if direction is Direction.HIGHER else (hi, lo)
     aside = b_aside + c_aside
     head = (
-        f"{spec.name}: {_worse_better(change, direction)} than the baseline's "
-        f"{_fmt(common['baseline_median'])}{unit_s} ({2 * conf - 100}% interval "
+        f"{spec.name}: {_worse_better(change, direction)} "
+        f"{'from' if _worse_better(change, direction) == 'no change' else 'than'} the baseline's "
+        f"{_fmt(common['baseline_median'])}{unit_s} ({two_sided}% interval "
         f"{_worse_better(worst, direction)} to {_worse_better(best, direction)}, p={p:.3g}"
         + (f"; the slowest {b_aside}+{c_aside} trials set aside" if aside else "")
         + (
