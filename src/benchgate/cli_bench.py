@@ -225,11 +225,13 @@ def _print_result(result: Any, console: Any) -> None:
     for t in result.trials:
         if not t.valid:
             console.print(f"[red]trial {t.index} invalid[/]: {t.invalid_reason}")
+    from .stages import load_words
+
     # A staged result has one summary per stage: the stages' figures together mean nothing.
     summaries = (
         [
             (
-                f"Stage {stage.name} ({_stage_load(stage.params)}): summary over "
+                f"Stage {stage.name} ({load_words(stage.params)}): summary over "
                 f"{stage.summary.valid_trials} valid trial(s)",
                 stage.summary,
             )
@@ -263,14 +265,6 @@ def _print_result(result: Any, console: Any) -> None:
                 f"trial {t.index}: server metrics: {t.server.get('error')} "
                 f"({t.server.get('detail')})"
             )
-
-
-def _stage_load(params: dict[str, Any]) -> str:
-    """A stage's load in words: "concurrency 4" or "2 req/s, concurrency 16"."""
-    load = f"concurrency {params.get('concurrency')}"
-    if params.get("request_rate"):
-        load = f"{params['request_rate']:g} req/s, {load}"
-    return load
 
 
 def _slo_override(args: argparse.Namespace) -> dict[str, float] | None:

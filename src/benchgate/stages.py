@@ -332,7 +332,8 @@ def judge_any(
     return stats.judge_results(baseline, candidate, specs, config)
 
 
-def _load(params: Mapping[str, Any]) -> str:
+def load_words(params: Mapping[str, Any]) -> str:
+    """A stage's load in words ("concurrency 4", "2 req/s, concurrency 16"); "" if unknown."""
     if not params:
         return ""
     load = f"concurrency {params.get('concurrency')}"
@@ -345,7 +346,7 @@ def render_table(verdict: StagedVerdict) -> str:
     """Each stage's table (``stats.render_table``) under its heading, then the overall verdict."""
     blocks: list[str] = []
     for s in verdict.stages:
-        load = _load(s.params)
+        load = load_words(s.params)
         heading = f"== stage {s.stage}" + (f" ({load})" if load else "")
         heading += f": {s.verdict.verdict}, judged at alpha {s.alpha:.3g} =="
         blocks.append(heading + "\n" + stats.render_table(s.verdict))
