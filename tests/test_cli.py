@@ -144,3 +144,35 @@ def test_an_unstaged_result_has_no_stages():
         )
     data = result.to_dict()
     assert data["stages"] is None and data["trials"][0]["stage"] is None
+
+
+def test_no_stage_reuses_another_stages_prompts(monkeypatch):
+    # A prompt sent twice could be served from the prefix cache the second time.
+    from benchgate import bench
+    from benchgate.workload import parse_workload
+
+    sent: list[str] = []
+    real = bench.run_requests
+
+    async def recording(client, base_url, model, workload, prompts, *args, **kwargs):
+        sent.extend(p.text for p in prompts)
+        return await real(client, base_url, model, workload, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_requests", recording)
+    wl = parse_workload(
+        {
+            "name": "s",
+            "version": 1,
+            "input_len": 6,
+            "output_len": 2,
+            "concurrency": 1,
+            "num_requests": 3,
+            "trials": 2,
+            "warmup": 1,
+            "stages": [{"name": "a"}, {"name": "b", "concurrency": 2}],
+        }
+    )
+    with serve_in_thread(FakeConfig(ttft_s=0, itl_s=0)) as srv:
+        bench.run_benchmark(srv.base_url, wl)
+    assert len(sent) == 2 * (1 + 2 * 3)
+    assert len(set(sent)) == len(sent)

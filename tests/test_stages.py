@@ -297,3 +297,24 @@ def test_judge_command_prints_a_table_per_stage(tmp_path: Path, capsys):
     (tmp_path / "u.json").write_text(json.dumps(unstaged(100.0)))
     assert main(["judge", "--baseline", files[0], "--candidate", str(tmp_path / "u.json")]) == 3
     assert "only the baseline has stages (single, busy)" in capsys.readouterr().err
+
+
+def test_progress_log_names_the_stage_and_restarts_the_median():
+    from benchgate.bench import Progress, progress_logger
+
+    lines: list[str] = []
+    on_event = progress_logger("gpu-01 candidate", lines.append)
+    on_event(Progress("stage", 0, 0, 2, stage="single"))
+    on_event(Progress("trial-done", 0, 1, 2, tokens_per_s=100.0, stage="single"))
+    on_event(Progress("stage", 1, 0, 2, stage="busy"))
+    on_event(Progress("warmup", -1, 0, 4, stage="busy"))
+    on_event(Progress("trial-done", 0, 1, 2, tokens_per_s=400.0, stage="busy"))
+    assert lines == [
+        "benchgate gpu-01 candidate: stage 1/2: single",
+        "benchgate gpu-01 candidate, stage single: trial 1/2: 100.0 output tok/s "
+        "(median so far 100.0)",
+        "benchgate gpu-01 candidate: stage 2/2: busy",
+        "benchgate gpu-01 candidate, stage busy: warm-up, 4 requests",
+        "benchgate gpu-01 candidate, stage busy: trial 1/2: 400.0 output tok/s "
+        "(median so far 400.0)",
+    ]
