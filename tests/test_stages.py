@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -263,7 +264,9 @@ def test_few_trials_cannot_decide_once_alpha_is_split():
         SPECS,
     )
     assert one.verdict == stats.PASS
-    assert two.verdict == stats.INCONCLUSIVE and "bound is attainable" in two.reasons[0]
+    assert two.verdict == stats.INCONCLUSIVE
+    # No bound exists at 0.025 with 3+3 trials: the interval is unbounded.
+    assert math.isinf(two.stage("a").verdict.metric(TPUT).change_lo_pct)
 
 
 def test_unstaged_results_are_judged_exactly_as_before():

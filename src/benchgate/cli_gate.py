@@ -233,6 +233,13 @@ def _add_judge(subparsers: Any) -> None:
         help="what a FAIL of a non-critical metric does (default: %(default)s)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="significance (default: 0.05)")
+    p.add_argument(
+        "--stage-correction",
+        choices=stages.CORRECTIONS,
+        default="bonferroni",
+        help="staged results: split alpha over the stages, so that the staged verdict "
+        "falsely fails no more often than one stage would (default: %(default)s)",
+    )
     p.add_argument("--min-trials", type=int, default=3, help="valid trials per side (default: 3)")
     p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
     p.add_argument(
@@ -247,13 +254,6 @@ def _add_judge(subparsers: Any) -> None:
         type=float,
         default=stats.GateConfig.set_aside_slowest,
         help="share of each side's trials set aside at the slow end (default: %(default)s)",
-    )
-    p.add_argument(
-        "--stage-correction",
-        choices=stages.CORRECTIONS,
-        default="bonferroni",
-        help="staged results: split alpha over the stages, so that the staged verdict "
-        "falsely fails no more often than one stage would (default: %(default)s)",
     )
     p.add_argument("--output", help="write the verdict JSON here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
