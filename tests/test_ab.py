@@ -271,3 +271,203 @@ def test_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
         db, {"objective": "output_tokens_per_s", "winner": "off", "reason": "r"}, host="h"
     )
     assert ledger.ab_choices(db)[0]["winner"] == "off"
+
+
+# --- staged A/B: every arm at every stage, a rule picks ---------------------
+
+
+def staged_arm_result(levels: dict[str, float], n: int = 6, seed: int = 0, noise: float = 0.01):
+    """A staged result: ``n`` trials per stage around each stage's tok/s."""
+    parts = {
+        name: arm_result(level, n=n, seed=seed * 100 + i)
+        for i, (name, level) in enumerate(levels.items())
+    }
+    if noise != 0.01:
+        rng = random.Random(seed)
+        for part, level in zip(parts.values(), levels.values()):
+            for t in part["trials"]:
+                t["metrics"]["output_tokens_per_s"] = level * (1 + rng.gauss(0, noise))
+    return join_stages(parts)
+
+
+def join_stages(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One staged result from one result per stage (in order)."""
+    trials = []
+    for name, part in parts.items():
+        for t in part["trials"]:
+            trials.append({**t, "index": len(trials), "stage": name})
+    return {
+        "schema": "benchgate.result/1",
+        "trials": trials,
+        "summary": {},
+        "stages": [
+            {"name": name, "params": (part.get("workload") or {}).get("params", {})}
+            for name, part in parts.items()
+        ],
+    }
+
+
+FLIP = {
+    # Faster at one stream, slower under load: speculation's usual story.
+    "off": staged_arm_result({"single": 100.0, "busy": 400.0}, seed=1),
+    "ngram-k3": staged_arm_result({"single": 125.0, "busy": 340.0}, seed=2),
+}
+
+
+def test_staged_ab_compares_every_arm_at_every_stage() -> None:
+    arms = ab.expand_arms([NGRAM])
+    choice = ab.choose_staged(arms, FLIP)
+    assert choice.rule == ab.DEFAULT_RULE == "never_slower"
+    single, busy = choice.stages
+    assert (single.stage, busy.stage) == ("single", "busy")
+    assert single.alpha == pytest.approx(0.025)  # alpha split over two stages
+    ngram_single = next(a for a in single.choice.arms if a.name == "ngram-k3")
+    ngram_busy = next(a for a in busy.choice.arms if a.name == "ngram-k3")
+    assert ngram_single.gain_pct == pytest.approx(25, abs=2)
+    assert ngram_busy.gain_pct == pytest.approx(-15, abs=2) and ngram_busy.status == "slower"
+    # Never slower: the arm that hurts under load does not serve.
+    assert choice.winner == "off" and choice.config == {}
+    assert choice.verdicts["ngram-k3"] == "more than 5% slower at busy"
+    table = ab.render_staged_table(choice)
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "stage",
+        "arm",
+        "tok/s",
+        "TTFT",
+        "ms",
+        "TPOT",
+        "ms",
+        "accept",
+        "vs",
+        "off",
+        "bounds",
+        "here",
+    ]
+    rows = [
+        line.split()
+        for line in lines[1 : lines.index(next(x for x in lines if x.startswith("stages:")))]
+    ]
+    assert [(r[0], r[-1]) for r in rows if r[0] in ("single", "busy")] == [
+        ("single", "reference"),
+        ("busy", "reference"),
+    ]
+    assert [r[-1] for r in rows if r[0] == "ngram-k3"] == ["faster", "slower"]
+    assert "rule: never_slower (the default)" in table
+    assert lines[-1].startswith("chosen: off")
+
+
+def test_the_stage_that_matters_most_can_decide() -> None:
+    arms = ab.expand_arms([NGRAM])
+    single = ab.choose_staged(arms, FLIP, rule="stage:single")
+    assert single.winner == "ngram-k3" and single.config["num_speculative_tokens"] == 3
+    assert single.stages[0].alpha == pytest.approx(0.05)  # one decisive comparison
+    assert "at stage single by +2" in single.reason
+    busy = ab.choose_staged(arms, FLIP, rule="stage:busy")
+    assert busy.winner == "off" and busy.verdicts["ngram-k3"] == "not proven faster at busy"
+    with pytest.raises(ValueError, match=r"names no stage .*single, busy"):
+        ab.choose_staged(arms, FLIP, rule="stage:saturation")
+    with pytest.raises(ValueError, match="never_slower"):
+        ab.choose_staged(arms, FLIP, rule="fastest")
+
+
+def test_never_slower_picks_an_arm_that_helps_somewhere_and_hurts_nowhere() -> None:
+    arms = ab.expand_arms([NGRAM], k_sweep=[2, 3])
+    results = {
+        "off": staged_arm_result({"single": 100.0, "busy": 400.0}, seed=1),
+        "ngram-k2": staged_arm_result({"single": 115.0, "busy": 401.0}, seed=2),
+        "ngram-k3": staged_arm_result({"single": 130.0, "busy": 340.0}, seed=3),
+    }
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "ngram-k2"
+    assert choice.verdicts["ngram-k2"] == "chosen"
+    assert choice.verdicts["ngram-k3"] == "more than 5% slower at busy"
+    # A stricter tolerance than the noise allows keeps plain decoding.
+    strict = ab.choose_staged(arms, results, max_loss_pct=0.0)
+    assert strict.winner == "off"
+    assert strict.verdicts["ngram-k2"] == "not shown within 0% of off at busy"
+    data = choice.to_dict()
+    arm = next(a for a in data["arms"] if a["name"] == "ngram-k3")
+    assert set(arm["stages"]) == {"single", "busy"} and "gain_pct" not in arm
+    assert arm["stages"]["busy"]["gain_pct"] == pytest.approx(-15, abs=2)
+
+
+def test_an_arm_that_failed_at_any_stage_never_wins() -> None:
+    arms = ab.expand_arms([NGRAM])
+    broken = staged_arm_result({"single": 150.0, "busy": 400.0}, seed=2)
+    broken["trials"] = [t for t in broken["trials"] if t["stage"] == "single"]
+    results = {"off": FLIP["off"], "ngram-k3": broken}
+    for rule in ("never_slower", "stage:single"):
+        choice = ab.choose_staged(arms, results, rule=rule)
+        assert choice.winner == "off" and choice.verdicts["ngram-k3"] == "failed at busy"
+    no_off = ab.choose_staged(arms, {"ngram-k3": FLIP["ngram-k3"]}, errors={"off": "boom"})
+    assert no_off.winner is None and "plain decoding was not measured" in no_off.reason
+
+
+def _false_wins(alpha: float, runs: int = 200) -> float:
+    """How often a speculative arm identical to off wins over four stages."""
+    arms = ab.expand_arms([NGRAM])
+    levels = {"a": 100.0, "b": 200.0, "c": 400.0, "d": 800.0}
+    wins = 0
+    for seed in range(runs):
+        results = {
+            "off": staged_arm_result(levels, n=8, seed=2 * seed, noise=0.03),
+            "ngram-k3": staged_arm_result(levels, n=8, seed=2 * seed + 1, noise=0.03),
+        }
+        choice = ab.choose_staged(arms, results, alpha=alpha, max_loss_pct=50.0)
+        wins += choice.winner == "ngram-k3"
+    return wins / runs
+
+
+def test_identical_arms_rarely_win_across_stages() -> None:
+    """Four stages give an arm four chances to look faster by luck: with alpha
+    split over them (0.05 / 4 each) an arm identical to off wins about alpha
+    of the time; at 0.05 per stage (alpha 0.2 split) it wins far more often."""
+    assert _false_wins(0.05) <= 0.07
+    assert _false_wins(0.2) >= 0.12
+
+
+def test_unstaged_results_are_chosen_as_before() -> None:
+    arms = ab.expand_arms([NGRAM])
+    results = {"off": arm_result(100.0), "ngram-k3": arm_result(130.0, seed=2)}
+    choice = ab.choose_any(arms, results)
+    assert isinstance(choice, ab.Choice)
+    assert choice.to_dict() == ab.choose(arms, results).to_dict()
+    with pytest.raises(ValueError, match="names no stage"):
+        ab.choose_any(arms, results, rule="stage:single")
+    assert isinstance(ab.choose_any(arms, FLIP), ab.StagedChoice)
+
+
+def test_staged_choice_goes_to_the_ledger(tmp_path: Path) -> None:
+    choice = ab.choose_staged(ab.expand_arms([NGRAM]), FLIP)
+    ledger.record_ab_choice(tmp_path / "l.sqlite", choice.to_dict(), host="h", release="0.1")
+    [row] = ledger.ab_choices(tmp_path / "l.sqlite")
+    assert row["winner"] == "off"
+    assert [a["name"] for a in row["arms"]] == ["off", "ngram-k3"]
+    assert row["arms"][1]["stages"]["busy"]["status"] == "slower"
+
+
+CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "calibration" / "h200-vllm" / "results"
+
+
+def test_real_h200_records_one_stream_and_64_streams() -> None:
+    """vLLM 0.26 on an H200 (docs/calibration): plain decoding against a 0.6B
+    draft with k=3, at concurrency 1 and 64, joined into two stages."""
+    import json
+
+    def load(name: str) -> dict[str, Any]:
+        return json.loads((CALIBRATION / name).read_text())
+
+    results = {
+        "off": join_stages({"c1": load("v26-off-c1.json"), "c64": load("v26-off-c64.json")}),
+        "d06b-k3": join_stages(
+            {"c1": load("v26-d06b-k3-c1.json"), "c64": load("v26-d06b-k3-c64.json")}
+        ),
+    }
+    arms = [ab.Arm("off", {}), ab.Arm("d06b-k3", {"model": "draft", "num_speculative_tokens": 3})]
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    c64 = next(a for a in choice.stages[1].choice.arms if a.name == "d06b-k3")
+    assert c64.status == "slower" and c64.gain_pct < -10
+    table = ab.render_staged_table(choice)
+    assert "c1: concurrency 1" in table and "c64: concurrency 64" in table

@@ -92,3 +92,87 @@ def test_bench_errors_exit_1_with_a_message(tmp_path, capsys):
     assert "cannot reach http://127.0.0.1:9/v1/models" in capsys.readouterr().err
     assert main(["bench", "--base-url", "http://x", "--workload", DEMO, "--concurrency", "0"]) == 1
     assert "'concurrency'" in capsys.readouterr().err
+
+
+def test_bench_runs_every_stage_in_order_and_keeps_the_stage(tmp_path, capsys):
+    out = tmp_path / "staged.json"
+    staged = str(REPO / "workloads" / "demo-staged.yml")
+    quick = ["--trials", "2", "--output-len", "4", "--num-requests", "3", "--warmup", "1"]
+    with serve_in_thread(FakeConfig(ttft_s=0.002, itl_s=0.001)) as srv:
+        code = main(
+            ["bench", "--base-url", srv.base_url, "--workload", staged, *quick, "-o", str(out)]
+        )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "Stage single (concurrency 1)" in text and "Stage busy (concurrency 4)" in text
+    assert "single: trial 2/2" in text and "busy: trial 2/2" in text
+    data = json.loads(out.read_text())
+    assert [(t["index"], t["stage"]) for t in data["trials"]] == [
+        (0, "single"),
+        (1, "single"),
+        (2, "busy"),
+        (3, "busy"),
+    ]
+    assert [(s["name"], s["params"]["concurrency"]) for s in data["stages"]] == [
+        ("single", 1),
+        ("busy", 4),
+    ]
+    assert [s["summary"]["valid_trials"] for s in data["stages"]] == [2, 2]
+    assert [len(t["requests"]) for t in data["trials"]] == [3, 3, 3, 3]
+    # The gate settings travel with the result for the judge.
+    assert data["workload"]["params"]["stages"][1]["gate"]["critical"] == [
+        "output_tokens_per_s",
+        "ttft_ms",
+    ]
+
+
+def test_an_unstaged_result_has_no_stages():
+    from benchgate.bench import run_benchmark
+
+    with serve_in_thread(FakeConfig(ttft_s=0, itl_s=0)) as srv:
+        result = run_benchmark(
+            srv.base_url,
+            {
+                "name": "u",
+                "version": 1,
+                "input_len": 4,
+                "output_len": 2,
+                "concurrency": 1,
+                "num_requests": 2,
+                "trials": 1,
+            },
+        )
+    data = result.to_dict()
+    assert data["stages"] is None and data["trials"][0]["stage"] is None
+
+
+def test_no_stage_reuses_another_stages_prompts(monkeypatch):
+    # A prompt sent twice could be served from the prefix cache the second time.
+    from benchgate import bench
+    from benchgate.workload import parse_workload
+
+    sent: list[str] = []
+    real = bench.run_requests
+
+    async def recording(client, base_url, model, workload, prompts, *args, **kwargs):
+        sent.extend(p.text for p in prompts)
+        return await real(client, base_url, model, workload, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_requests", recording)
+    wl = parse_workload(
+        {
+            "name": "s",
+            "version": 1,
+            "input_len": 6,
+            "output_len": 2,
+            "concurrency": 1,
+            "num_requests": 3,
+            "trials": 2,
+            "warmup": 1,
+            "stages": [{"name": "a"}, {"name": "b", "concurrency": 2}],
+        }
+    )
+    with serve_in_thread(FakeConfig(ttft_s=0, itl_s=0)) as srv:
+        bench.run_benchmark(srv.base_url, wl)
+    assert len(sent) == 2 * (1 + 2 * 3)
+    assert len(set(sent)) == len(sent)

@@ -294,3 +294,40 @@ def test_a_new_ledger_and_its_journal_are_private(tmp_path: Path) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+def test_a_staged_result_keeps_the_stage_of_every_trial(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.sqlite"
+    staged = make_result([100.0, 101.0, 400.0, 401.0])
+    for trial, stage in zip(staged["trials"], ["single", "single", "busy", "busy"]):
+        trial["stage"] = stage
+    staged["stages"] = [
+        {"name": "single", "params": {"concurrency": 1}, "summary": {"valid_trials": 2}},
+        {"name": "busy", "params": {"concurrency": 4}, "summary": {"valid_trials": 2}},
+    ]
+    ledger.record_result(db, staged, host="gpu-1", phase="candidate")
+    ledger.record_result(db, make_result([1.0, 2.0]), host="gpu-1", phase="baseline")
+    plain, run = ledger.runs(db)
+    assert [t["stage"] for t in run.trials] == ["single", "single", "busy", "busy"]
+    assert [s["name"] for s in run.stages or []] == ["single", "busy"]
+    # An unstaged result reads back as before: no stage key, no stages block.
+    assert plain.stages is None and all("stage" not in t for t in plain.trials)
+
+
+def test_a_version_2_ledger_gains_the_stage_columns(tmp_path: Path) -> None:
+    db = tmp_path / "v2.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript(ledger.MIGRATIONS[0])
+    conn.executescript(ledger.MIGRATIONS[1])
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO schema_version VALUES (1, 'x'), (2, 'x')")
+    conn.execute(
+        "INSERT INTO runs (recorded_at, host, phase, result_sha256) VALUES ('t', 'old', 'b', 'x')"
+    )
+    conn.execute("INSERT INTO trials (run_id, idx, valid, metrics_json) VALUES (1, 0, 1, '{}')")
+    conn.commit()
+    conn.close()
+    assert ledger.check(db) == 2
+    [old] = ledger.runs(db)
+    assert ledger.check(db) == ledger.SCHEMA_VERSION == 3
+    assert old.stages is None and old.trials == [{"index": 0, "valid": True, "metrics": {}}]

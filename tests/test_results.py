@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -118,3 +119,18 @@ def test_result_json_round_trip_and_schema_check(tmp_path):
         check_result_dict({**data, "schema": "benchgate.result/0"})
     with pytest.raises(ResultSchemaError, match="no 'trials'"):
         check_result_dict({k: v for k, v in data.items() if k != "trials"})
+
+
+def test_summary_of_trial_dicts_matches_the_summary_of_trials():
+    from benchgate.results import summarize_dicts
+
+    trials = [
+        build_trial(
+            i, [rec(0, 0.1, [0.01, 0.02], 3), rec(1, 0.2, [0.01], 2)], 1.0 + i, 0.0, 0.0, SERVER_OK
+        )
+        for i in range(3)
+    ]
+    as_json = [dataclasses.asdict(t) for t in trials]
+    assert summarize_dicts(as_json) == summarize(trials)
+    as_json[1]["valid"] = False
+    assert summarize_dicts(as_json).valid_trials == 2

@@ -204,3 +204,145 @@ def test_non_finite_numbers_are_refused_naming_the_key(tmp_path, key, field, tex
 def test_non_finite_overrides_are_refused(value):
     with pytest.raises(WorkloadError, match="'request_rate': must be a finite number"):
         parse_workload(BASE).with_overrides(request_rate=value)
+
+
+# --------------------------------------------------------------------------- stages
+
+STAGED = {
+    **BASE,
+    "stages": [
+        {"name": "single", "concurrency": 1, "num_requests": 2},
+        {"name": "busy", "concurrency": 4, "request_rate": 2.5, "slo": {"ttft_ms": 500}},
+    ],
+}
+
+
+def test_unstaged_workloads_hash_as_before_stages_existed():
+    # Pinned: the hash of the shipped demo workload before stages were added.
+    # A change here makes every stored baseline incomparable.
+    demo = load_workload(REPO / "workloads" / "demo.yml")
+    assert demo.hash == "1ed44a754313143c5ccecd18dde3c12152bd964a2a06326d4705ac9f23be5d49"
+    assert "stages" not in demo.params() and "stages" not in demo.to_dict()
+    assert not demo.staged and demo.stage_workloads() == [(None, demo)]
+
+
+def test_stages_replace_the_keys_they_name_in_order():
+    wl = parse_workload(STAGED)
+    assert wl.staged and wl.stage_names == ["single", "busy"]
+    (n1, single), (n2, busy) = wl.stage_workloads()
+    assert (n1, single.concurrency, single.num_requests, single.trials) == ("single", 1, 2, 3)
+    assert (n2, busy.concurrency, busy.num_requests, busy.request_rate) == ("busy", 4, 4, 2.5)
+    assert busy.slo == {"ttft_ms": 500.0} and single.slo is None
+    assert not single.staged and not busy.staged
+    assert wl.stage_workload("busy") == busy
+    # A stage may clear an optional key the whole workload sets.
+    cleared = parse_workload(
+        {**BASE, "request_rate": 3, "stages": [{"name": "open", "request_rate": None}]}
+    )
+    assert cleared.stage_workload("open").request_rate is None
+
+
+def test_staged_hash_tracks_stages_but_not_their_gate_or_timeout():
+    wl = parse_workload(STAGED)
+    assert wl.hash != parse_workload(BASE).hash
+    assert parse_workload(wl.to_dict()).hash == wl.hash  # round trip
+    swapped = {**STAGED, "stages": list(reversed(STAGED["stages"]))}
+    assert parse_workload(swapped).hash != wl.hash  # the order is what runs
+    gated = {
+        **STAGED,
+        "stages": [
+            {**STAGED["stages"][0], "gate": {"max_regression_pct": 10}, "timeout_s": 60},
+            STAGED["stages"][1],
+        ],
+    }
+    assert parse_workload(gated).hash == wl.hash
+    more = {**STAGED, "stages": [{**STAGED["stages"][0], "trials": 5}, STAGED["stages"][1]]}
+    assert parse_workload(more).hash != wl.hash
+
+
+def test_overrides_replace_the_key_in_every_stage():
+    wl = parse_workload(
+        {**STAGED, "stages": [{"name": "a", "trials": 9}, {"name": "b", "concurrency": 2}]}
+    )
+    quick = wl.with_overrides(trials=2, concurrency=8)
+    assert [(w.trials, w.concurrency) for _, w in quick.stage_workloads()] == [(2, 8), (2, 8)]
+    assert quick.hash != wl.hash and quick.stage_names == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("stages", "field", "words"),
+    [
+        ([], "stages", "non-empty list"),
+        ({"name": "a"}, "stages", "non-empty list"),
+        (["a"], "stages[0]", "must be a mapping"),
+        ([{"concurrency": 1}], "stages[0].name", "must be a letter"),
+        ([{"name": "two words"}], "stages[0].name", "must be a letter"),
+        ([{"name": "stage:1"}], "stages[0].name", "must be a letter"),
+        ([{"name": "a"}, {"name": "a"}], "stages[1].name", "names another stage"),
+        ([{"name": "a", "api": "chat"}], "stages[0].api", "unknown key"),
+        ([{"name": "a"}, {"name": "b", "concurrency": 0}], "stages[1].concurrency", ">= 1"),
+        ([{"name": "a", "slo": {"ttft_ms": -1}}], "stages[0].slo.ttft_ms", "> 0.0"),
+        ([{"name": "a", "gate": []}], "stages[0].gate", "must be a mapping"),
+        ([{"name": "a", "gate": {"limit": 5}}], "stages[0].gate.limit", "unknown key"),
+        (
+            [{"name": "a", "gate": {"max_regression_pct": -1}}],
+            "stages[0].gate.max_regression_pct",
+            ">= 0.0",
+        ),
+        ([{"name": "a", "gate": {"critical": "ttft_ms"}}], "stages[0].gate.critical", "list"),
+        ([{"name": "a", "gate": {"metrics": []}}], "stages[0].gate.metrics", "list"),
+        (
+            [{"name": "a", "gate": {"thresholds": {"ttft_ms": "x"}}}],
+            "stages[0].gate.thresholds.ttft_ms",
+            "must be a number",
+        ),
+        ([{"name": "a", "gate": {"latency_stat": "p42"}}], "stages[0].gate.latency_stat", "one of"),
+    ],
+)
+def test_malformed_stage_error_names_the_stage_and_field(stages, field, words):
+    with pytest.raises(WorkloadError) as err:
+        parse_workload({**BASE, "stages": stages})
+    assert err.value.field == field
+    assert f"'{field}'" in str(err.value) and words in str(err.value)
+
+
+def test_stage_gate_is_kept_for_the_judge():
+    wl = parse_workload(
+        {
+            **BASE,
+            "stages": [
+                {
+                    "name": "slo",
+                    "gate": {
+                        "max_regression_pct": 10,
+                        "critical": ["ttft_ms"],
+                        "thresholds": {"ttft_ms": 20},
+                        "latency_stat": "p99",
+                    },
+                }
+            ],
+        }
+    )
+    gate = wl.stages[0].gate
+    assert gate == {
+        "max_regression_pct": 10.0,
+        "critical": ["ttft_ms"],
+        "thresholds": {"ttft_ms": 20.0},
+        "latency_stat": "p99",
+    }
+    assert wl.to_dict()["stages"][0]["gate"] == gate
+
+
+def test_latency_stats_match_the_judge():
+    from benchgate import stats, workload
+
+    assert workload.LATENCY_STATS == stats.LATENCY_STATS
+
+
+def test_shipped_staged_demo_is_small_and_has_two_loads():
+    wl = load_workload("demo-staged", search_dirs=[REPO / "workloads"])
+    loads = [(name, w.concurrency, w.trials) for name, w in wl.stage_workloads()]
+    assert loads == [("single", 1, 6), ("busy", 4, 6)]
+    # 6 trials per stage: with alpha split over two stages, fewer than 4+4 can never decide.
+    requests = sum(w.warmup + w.trials * w.num_requests for _, w in wl.stage_workloads())
+    assert requests <= 160

@@ -12,6 +12,23 @@ candidate speculative configuration on the new release, and keeps the winner.
   more than ``min_gain_pct``: speculation costs memory and a draft that can
   break on the next release, so it has to prove itself. Among proven arms the
   largest estimated gain wins; otherwise "off" serves.
+* :func:`choose_staged` does the same at every stage of a staged workload
+  (``benchgate.stages``) and picks the arm by a ``rule`` (:data:`RULES`):
+
+  - ``never_slower`` (the default): an arm wins only when it is proven faster
+    than "off" (lower bound above ``min_gain_pct``) at one stage at least
+    and proven not slower than ``max_loss_pct`` (default 5%, the gate's
+    limit) at every stage: its lower bound at each stage is at least
+    ``-max_loss_pct``. Among such arms, the best at its worst stage wins.
+    Speculation's gain flips with load (faster at one stream, slower under
+    many), and a fleet's load moves: without knowing which stage the fleet
+    lives at, an arm must not make any of them slower. With ``k`` stages each
+    is judged at ``alpha / k`` (Bonferroni): "faster at one stage at least"
+    is a union of ``k`` chances to be wrong, and the split keeps an arm that
+    is faster nowhere from winning more often than ``alpha``.
+  - ``stage:<name>``: the stage that matters most decides, exactly as
+    :func:`choose` decides on one load (at ``alpha``); the other stages are
+    shown, not weighed. An arm that failed at any stage never wins.
 
 Pure functions, no I/O: the Ansible module ``benchgate_speculative_ab`` and
 the tests call them.
@@ -25,10 +42,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import serve, stats
+from . import serve, stages, stats
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
+NEVER_SLOWER = "never_slower"
+#: The rules :func:`choose_staged` accepts (``stage:<name>`` names a stage).
+RULES = (NEVER_SLOWER, "stage:<name>")
+DEFAULT_RULE = NEVER_SLOWER
 
 _SHORT_METHOD = {"draft_model": "draft", "ngram": "ngram"}
 
@@ -330,3 +351,287 @@ def _num(value: float | None, digits: int) -> str:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+# --------------------------------------------------------------------------
+# Staged A/B: every arm at every stage, one rule picks
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class StageChoice:
+    """The comparison of every arm with "off" at one stage (``choice.arms``)."""
+
+    stage: str
+    params: dict[str, Any]
+    alpha: float
+    choice: Choice
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "params": self.params,
+            "alpha": self.alpha,
+            "arms": [a.to_dict() for a in self.choice.arms],
+        }
+
+
+@dataclass
+class StagedChoice:
+    """The arm a rule picked from every stage's comparison."""
+
+    winner: str | None
+    config: dict[str, Any]
+    objective: str
+    rule: str
+    reason: str
+    stages: list[StageChoice]
+    # Per arm: its outcome over the stages ("chosen", "slower at busy", ...).
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; ``arms`` (one entry per arm, its figures per stage) is
+        what the ledger's ``ab_choices`` stores. No arm carries a single
+        ``gain_pct``: the gain is a stage's."""
+        arms = []
+        for name, status in self.verdicts.items():
+            per_stage: dict[str, Any] = {}
+            config: dict[str, Any] = {}
+            for s in self.stages:
+                for outcome in s.choice.arms:
+                    if outcome.name == name:
+                        config = outcome.config
+                        per_stage[s.stage] = {
+                            k: v
+                            for k, v in outcome.to_dict().items()
+                            if k not in ("name", "config", "per_position_acceptance")
+                        }
+            arms.append({"name": name, "config": config, "status": status, "stages": per_stage})
+        return {
+            "schema": "benchgate.speculative_ab_staged/1",
+            "winner": self.winner,
+            "config": self.config,
+            "objective": self.objective,
+            "rule": self.rule,
+            "reason": self.reason,
+            "arms": arms,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def parse_rule(rule: str, stage_names: Sequence[str]) -> str | None:
+    """The decisive stage of ``rule`` (None for ``never_slower``); ValueError if unknown."""
+    if rule == NEVER_SLOWER:
+        return None
+    if rule.startswith("stage:"):
+        name = rule[len("stage:") :]
+        if name in stage_names:
+            return name
+        raise ValueError(
+            f"rule {rule!r} names no stage of the workload (stages: {', '.join(stage_names)})"
+        )
+    raise ValueError(f"rule must be {NEVER_SLOWER!r} or 'stage:<name>', got {rule!r}")
+
+
+def choose_staged(
+    arms: Sequence[Arm],
+    results: Mapping[str, Mapping[str, Any] | None],
+    errors: Mapping[str, str] | None = None,
+    objective: str = "output_tokens_per_s",
+    min_gain_pct: float = 0.0,
+    alpha: float = 0.05,
+    min_trials: int = 3,
+    rule: str = DEFAULT_RULE,
+    max_loss_pct: float = 5.0,
+) -> StagedChoice:
+    """Compare every arm with "off" at every stage; pick by ``rule`` (module docstring).
+
+    ``results``: one staged result per arm (the same staged workload). An arm
+    without a result, or whose result lacks a stage, counts as failed there.
+    """
+    if max_loss_pct < 0:
+        raise ValueError(f"max_loss_pct must be >= 0, got {max_loss_pct}")
+    names: list[str] = []
+    for result in results.values():
+        for name in stages.stage_names(result or {}):
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise ValueError("no arm's result has stages: use choose() for an unstaged workload")
+    decisive = parse_rule(rule, names)
+    stage_alpha = alpha if decisive is not None else alpha / len(names)
+    split = {arm: stages.split_result(r) if r else {} for arm, r in results.items()}
+    per_stage: list[StageChoice] = []
+    for name in names:
+        stage_results = {arm: parts.get(name) for arm, parts in split.items()}
+        stage_errors = dict(errors or {})
+        for arm in arms:
+            if (
+                arm.name not in stage_errors
+                and results.get(arm.name)
+                and not stage_results.get(arm.name)
+            ):
+                stage_errors[arm.name] = f"stage {name} not measured"
+        choice = choose(
+            arms, stage_results, stage_errors, objective, min_gain_pct, stage_alpha, min_trials
+        )
+        recorded = (stages.stage_params(r, name) for r in results.values() if r)
+        params = next((p for p in recorded if p), {})
+        per_stage.append(StageChoice(name, params, stage_alpha, choice))
+    return _apply_rule(arms, per_stage, objective, rule, decisive, min_gain_pct, max_loss_pct)
+
+
+def _apply_rule(
+    arms: Sequence[Arm],
+    per_stage: Sequence[StageChoice],
+    objective: str,
+    rule: str,
+    decisive: str | None,
+    min_gain_pct: float,
+    max_loss_pct: float,
+) -> StagedChoice:
+    def outcome(stage: StageChoice, arm: str) -> ArmOutcome:
+        return next(a for a in stage.choice.arms if a.name == arm)
+
+    verdicts: dict[str, str] = {arm.name: "" for arm in arms}
+    stage_list = list(per_stage)
+
+    def done(winner: Arm | None, reason: str) -> StagedChoice:
+        if winner is not None:
+            verdicts[winner.name] = "chosen"
+        return StagedChoice(
+            winner.name if winner else None,
+            dict(winner.config) if winner else {},
+            objective,
+            rule,
+            reason,
+            stage_list,
+            verdicts,
+        )
+
+    off_failed = [s.stage for s in per_stage if outcome(s, OFF).status == "failed"]
+    if OFF not in verdicts or off_failed:
+        for name in verdicts:
+            verdicts[name] = "not compared"
+        where = ", ".join(off_failed) or "any stage"
+        return done(None, f"plain decoding was not measured at {where}: no arm can be compared")
+    verdicts[OFF] = "reference"
+    candidates: list[tuple[float, Arm]] = []
+    for arm in arms:
+        if arm.name == OFF:
+            continue
+        outs = {s.stage: outcome(s, arm.name) for s in per_stage}
+        failed = [stage for stage, o in outs.items() if o.status == "failed"]
+        if failed:
+            verdicts[arm.name] = f"failed at {', '.join(failed)}"
+            continue
+        lows = {stage: o.gain_lo_pct for stage, o in outs.items()}
+        faster = [st for st, lo in lows.items() if lo is not None and lo > min_gain_pct]
+        if decisive is not None:
+            if decisive in faster:
+                candidates.append((outs[decisive].gain_pct or 0.0, arm))
+                verdicts[arm.name] = f"faster at {decisive}"
+            else:
+                verdicts[arm.name] = f"not proven faster at {decisive}"
+            continue
+        his = {stage: o.gain_hi_pct for stage, o in outs.items()}
+        slower = [st for st, hi in his.items() if hi is not None and hi < -max_loss_pct]
+        unsure = [
+            st for st, lo in lows.items() if st not in slower and (lo is None or lo < -max_loss_pct)
+        ]
+        if slower or unsure:
+            said = []
+            if slower:
+                said.append(f"more than {max_loss_pct:g}% slower at {', '.join(slower)}")
+            if unsure:
+                said.append(f"not shown within {max_loss_pct:g}% of off at {', '.join(unsure)}")
+            verdicts[arm.name] = "; ".join(said)
+        elif not faster:
+            verdicts[arm.name] = "not proven faster at any stage"
+        else:
+            worst = min(o.gain_pct or 0.0 for o in outs.values())
+            candidates.append((worst, arm))
+            verdicts[arm.name] = f"faster at {', '.join(faster)}, nowhere slower"
+    if not candidates:
+        off = next(arm for arm in arms if arm.name == OFF)
+        rejected = "; ".join(f"{n}: {v}" for n, v in verdicts.items() if n != OFF) or "none"
+        how = (
+            f"faster at stage {decisive}"
+            if decisive is not None
+            else f"faster somewhere and nowhere more than {max_loss_pct:g}% slower"
+        )
+        return done(off, f"no speculative arm is {how} (arms: {rejected}): off serves")
+    best_gain, best = max(candidates, key=lambda item: item[0])
+    for _, arm in candidates:
+        if arm is not best:
+            verdicts[arm.name] += f"; beaten by {best.name}"
+    what = (
+        f"beats plain decoding at stage {decisive} by {best_gain:+.1f}%"
+        if decisive is not None
+        else f"beats plain decoding at some stage and is nowhere more than {max_loss_pct:g}% "
+        f"slower (worst stage {best_gain:+.1f}%)"
+    )
+    return done(best, f"{best.name} {what} on {objective}: {best.name} serves")
+
+
+def choose_any(
+    arms: Sequence[Arm],
+    results: Mapping[str, Mapping[str, Any] | None],
+    errors: Mapping[str, str] | None = None,
+    objective: str = "output_tokens_per_s",
+    min_gain_pct: float = 0.0,
+    alpha: float = 0.05,
+    min_trials: int = 3,
+    rule: str = DEFAULT_RULE,
+    max_loss_pct: float = 5.0,
+) -> Choice | StagedChoice:
+    """:func:`choose_staged` when the results are staged, else :func:`choose`
+    (unchanged; the rule is then only checked: an unstaged workload has no stage)."""
+    if any(r and stages.is_staged(r) for r in results.values()):
+        return choose_staged(
+            arms, results, errors, objective, min_gain_pct, alpha, min_trials, rule, max_loss_pct
+        )
+    if rule != NEVER_SLOWER:
+        parse_rule(rule, [])
+    return choose(arms, results, errors, objective, min_gain_pct, alpha, min_trials)
+
+
+_STAGE_STATUS = {"winner": "faster", "beaten": "faster"}
+
+
+def render_staged_table(choice: StagedChoice) -> str:
+    """Every arm at every stage: figures, the change against off, the outcome there."""
+    header = ["stage", "arm", "tok/s", "TTFT ms", "TPOT ms", "accept", "vs off", "bounds", "here"]
+    rows = [header]
+    for s in choice.stages:
+        for i, a in enumerate(s.choice.arms):
+            status = "reference" if a.name == OFF and a.status != "failed" else a.status
+            rows.append(
+                [
+                    s.stage if i == 0 else "",
+                    a.name,
+                    _num(a.output_tokens_per_s, 1),
+                    _num(a.ttft_ms, 1),
+                    _num(a.tpot_ms, 2),
+                    _rate(a.acceptance_rate),
+                    "-" if a.gain_pct is None else f"{a.gain_pct:+.1f}%",
+                    "-"
+                    if a.gain_lo_pct is None or a.gain_hi_pct is None
+                    else f"{_pct(a.gain_lo_pct)}…{_pct(a.gain_hi_pct)}",
+                    _STAGE_STATUS.get(status, status),
+                ]
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    loads = "; ".join(
+        f"{s.stage}: {stages.load_words(s.params) or 'load not recorded'}" for s in choice.stages
+    )
+    alpha = choice.stages[0].alpha if choice.stages else 0.0
+    default = " (the default)" if choice.rule == DEFAULT_RULE else ""
+    lines += [
+        f"stages: {loads}; bounds at alpha {alpha:.3g} per stage",
+        f"rule: {choice.rule}{default}",
+        *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
+        f"chosen: {choice.winner or 'none'}: {choice.reason}",
+    ]
+    return "\n".join(lines)

@@ -23,7 +23,16 @@ from . import __version__
 from .client import FetchError, RequestRecord, fetch, make_client, run_requests
 from .hostprobe import ServiceProbe
 from .metrics import Snapshot, diff, scrape
-from .results import Result, Target, Trial, WorkloadInfo, build_trial, summarize, utc_now
+from .results import (
+    Result,
+    StageResult,
+    Target,
+    Trial,
+    WorkloadInfo,
+    build_trial,
+    summarize,
+    utc_now,
+)
 from .tokenfit import TokenizeError, fit_prompts
 from .workload import Prompt, Workload, WorkloadError, build_prompts, workload_from_any
 
@@ -34,15 +43,19 @@ class BenchmarkError(RuntimeError):
 
 @dataclass
 class Progress:
-    """A progress event: ``phase`` is ``discover``, ``warmup``, ``trial``,
-    ``trial-done`` (with the trial's output tok/s) or ``done``."""
+    """A progress event: ``phase`` is ``discover``, ``stage`` (a staged
+    workload's next stage begins: ``trial`` is its index, ``total`` the number
+    of stages), ``warmup``, ``trial``, ``trial-done`` (with the trial's output
+    tok/s) or ``done``. ``stage`` names the stage (None when unstaged); trial
+    indexes and totals count within it."""
 
     phase: str
-    trial: int  # 0-based trial index; -1 outside trials
+    trial: int  # 0-based trial index (within the stage); -1 outside trials
     done: int
     total: int
     record: RequestRecord | None = None
     tokens_per_s: float | None = None
+    stage: str | None = None
 
 
 ProgressFn = Callable[[Progress], None]
@@ -86,13 +99,13 @@ async def server_version(client: aiohttp.ClientSession, base_url: str) -> str | 
 
 
 def _counting(
-    report: ProgressFn, phase: str, trial: int, total: int
+    report: ProgressFn, phase: str, trial: int, total: int, stage: str | None = None
 ) -> Callable[[RequestRecord], None]:
     done = [0]
 
     def on_done(rec: RequestRecord) -> None:
         done[0] += 1
-        report(Progress(phase, trial, done[0], total, rec))
+        report(Progress(phase, trial, done[0], total, rec, stage=stage))
 
     return on_done
 
@@ -129,6 +142,87 @@ async def _fit_synthetic(
     return fitted[:n_warm], trials, report.to_dict()
 
 
+async def _run_stage(
+    client: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    api_key: str | None,
+    report: ProgressFn,
+    stage: str | None,
+    prompt_offset: int,
+    first_index: int,
+) -> tuple[list[Trial], dict[str, Any] | None]:
+    """Warm up and measure one stage (the whole workload when unstaged).
+
+    ``prompt_offset``: prompts used by the stages before, so no stage reuses
+    another's (no prefix-cache hits); ``first_index``: the index of this
+    stage's first trial in the whole result.
+    """
+    warm_prompts = (
+        build_prompts(workload, workload.warmup, offset=prompt_offset) if workload.warmup else []
+    )
+    n = workload.num_requests
+    trial_prompts = [
+        build_prompts(workload, n, offset=prompt_offset + workload.warmup + i * n)
+        for i in range(workload.trials)
+    ]
+    prompt_fit = None
+    if workload.prompts.source == "synthetic":
+        warm_prompts, trial_prompts, prompt_fit = await _fit_synthetic(
+            client, base_url, model, workload, api_key, warm_prompts, trial_prompts
+        )
+    if warm_prompts:
+        report(Progress("warmup", -1, 0, len(warm_prompts), stage=stage))
+        await run_requests(
+            client,
+            base_url,
+            model,
+            workload,
+            warm_prompts,
+            api_key,
+            _counting(report, "warmup", -1, len(warm_prompts), stage),
+        )
+    trials: list[Trial] = []
+    for i, prompts in enumerate(trial_prompts):
+        on_done = _counting(report, "trial", i, len(prompts), stage)
+        report(Progress("trial", i, 0, len(prompts), stage=stage))
+        before: Snapshot = await scrape(client, base_url)
+        run = await run_requests(
+            client,
+            base_url,
+            model,
+            workload,
+            prompts,
+            api_key,
+            on_done,
+            seed=workload.prompts.seed + first_index + i,
+        )
+        after: Snapshot = await scrape(client, base_url)
+        server = diff(before, after).to_dict()
+        trial = build_trial(
+            first_index + i,
+            run.records,
+            run.duration_s,
+            run.started_at,
+            workload.max_error_rate,
+            server,
+            slo=workload.slo,
+        )
+        trial.stage = stage
+        trials.append(trial)
+        tok_s = trial.metrics.output_tokens_per_s if trial.metrics else None
+        report(Progress("trial-done", i, i + 1, workload.trials, tokens_per_s=tok_s, stage=stage))
+    return trials, prompt_fit
+
+
+def _stage_params(workload: Workload) -> dict[str, Any]:
+    """What a stage's entry in the result says about its load."""
+    data = workload.to_dict()
+    data.pop("description", None)
+    return data
+
+
 async def run_benchmark_async(
     base_url: str,
     workload: Workload,
@@ -140,64 +234,37 @@ async def run_benchmark_async(
         if progress is not None:
             progress(event)
 
+    stages = workload.stage_workloads()
     # Build every prompt first: a bad prompt file fails before any load is sent.
-    warm_prompts = build_prompts(workload, workload.warmup, offset=0) if workload.warmup else []
-    n = workload.num_requests
-    trial_prompts = [
-        build_prompts(workload, n, offset=workload.warmup + i * n) for i in range(workload.trials)
-    ]
-    client = make_client(workload.concurrency + 2, workload.timeout_s)
+    for _, stage_wl in stages:
+        build_prompts(stage_wl, 1)
+    concurrency = max(stage_wl.concurrency for _, stage_wl in stages)
+    timeout_s = max(stage_wl.timeout_s for _, stage_wl in stages)
+    client = make_client(concurrency + 2, timeout_s)
+    trials: list[Trial] = []
+    stage_results: list[StageResult] = []
+    prompt_fit = None
     async with client:
         report(Progress("discover", -1, 0, 1))
         if model is None:
             model, version = await discover(client, base_url, api_key)
         else:
             version = await server_version(client, base_url)
-        prompt_fit = None
-        if workload.prompts.source == "synthetic":
-            warm_prompts, trial_prompts, prompt_fit = await _fit_synthetic(
-                client, base_url, model, workload, api_key, warm_prompts, trial_prompts
+        offset = 0
+        for index, (name, stage_wl) in enumerate(stages):
+            if name is not None:
+                report(Progress("stage", index, 0, len(stages), stage=name))
+            stage_trials, fit = await _run_stage(
+                client, base_url, model, stage_wl, api_key, report, name, offset, len(trials)
             )
-        if warm_prompts:
-            report(Progress("warmup", -1, 0, len(warm_prompts)))
-            await run_requests(
-                client,
-                base_url,
-                model,
-                workload,
-                warm_prompts,
-                api_key,
-                _counting(report, "warmup", -1, len(warm_prompts)),
-            )
-        trials: list[Trial] = []
-        for index, prompts in enumerate(trial_prompts):
-            on_done = _counting(report, "trial", index, len(prompts))
-            report(Progress("trial", index, 0, len(prompts)))
-            before: Snapshot = await scrape(client, base_url)
-            run = await run_requests(
-                client,
-                base_url,
-                model,
-                workload,
-                prompts,
-                api_key,
-                on_done,
-                seed=workload.prompts.seed + index,
-            )
-            after: Snapshot = await scrape(client, base_url)
-            server = diff(before, after).to_dict()
-            trial = build_trial(
-                index,
-                run.records,
-                run.duration_s,
-                run.started_at,
-                workload.max_error_rate,
-                server,
-                slo=workload.slo,
-            )
-            trials.append(trial)
-            tok_s = trial.metrics.output_tokens_per_s if trial.metrics else None
-            report(Progress("trial-done", index, index + 1, workload.trials, tokens_per_s=tok_s))
+            offset += stage_wl.warmup + stage_wl.trials * stage_wl.num_requests
+            trials += stage_trials
+            if index == 0:
+                prompt_fit = fit
+            if name is not None:
+                stage_results.append(
+                    StageResult(name, _stage_params(stage_wl), summarize(stage_trials), fit)
+                )
     report(Progress("done", -1, len(trials), len(trials)))
     return Result(
         target=Target(base_url=base_url, model=model, server_version=version),
@@ -217,6 +284,7 @@ async def run_benchmark_async(
             "python": platform.python_version(),
             "aiohttp": aiohttp.__version__,
         },
+        stages=stage_results or None,
     )
 
 
@@ -249,9 +317,17 @@ def run_benchmark(
 
 
 def attach_host_figures(result: Result, probe: ServiceProbe, workload: Workload) -> None:
-    """Fill the result's roofline, service_memory and cold_start from ``probe``."""
-    tpot = result.summary.metrics.get("tpot_ms.median")
-    figures = probe.report(tpot.median if tpot is not None else None, workload.concurrency)
+    """Fill the result's roofline, service_memory and cold_start from ``probe``.
+
+    A staged result is held against the roofline with its stage of the fewest
+    streams (the bound is a single-stream one; mixing stages means nothing).
+    """
+    summary, concurrency = result.summary, workload.concurrency
+    if result.stages:
+        stage = min(result.stages, key=lambda s: int(s.params.get("concurrency") or 0))
+        summary, concurrency = stage.summary, int(stage.params["concurrency"])
+    tpot = summary.metrics.get("tpot_ms.median")
+    figures = probe.report(tpot.median if tpot is not None else None, concurrency)
     result.roofline = figures["roofline"]
     result.service_memory = figures["service_memory"]
     result.cold_start = figures["cold_start"]
@@ -347,12 +423,17 @@ def progress_logger(label: str, log: Callable[[str], None]) -> ProgressFn:
 
     The module hands ``AnsibleModule.log``: the lines land in the host's
     journal (``journalctl -t ansible-vllm_benchmark -f`` follows a run).
+    A staged workload logs each stage's start, and the median restarts with it.
     """
     seen: list[float] = []
 
     def on_event(ev: Progress) -> None:
-        if ev.phase == "warmup" and ev.done == 0:
-            log(f"benchgate {label}: warm-up, {ev.total} requests")
+        where = label if ev.stage is None else f"{label}, stage {ev.stage}"
+        if ev.phase == "stage":
+            seen.clear()
+            log(f"benchgate {label}: stage {ev.trial + 1}/{ev.total}: {ev.stage}")
+        elif ev.phase == "warmup" and ev.done == 0:
+            log(f"benchgate {where}: warm-up, {ev.total} requests")
         elif ev.phase == "trial-done":
             if ev.tokens_per_s is not None:
                 seen.append(ev.tokens_per_s)
@@ -362,7 +443,7 @@ def progress_logger(label: str, log: Callable[[str], None]) -> ProgressFn:
             )
             now = "invalid" if ev.tokens_per_s is None else f"{ev.tokens_per_s:.1f} output tok/s"
             tail = "" if median is None else f" (median so far {median:.1f})"
-            log(f"benchgate {label}: trial {ev.done}/{ev.total}: {now}{tail}")
+            log(f"benchgate {where}: trial {ev.done}/{ev.total}: {now}{tail}")
 
     return on_event
 

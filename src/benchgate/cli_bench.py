@@ -70,10 +70,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(_run=run, command_name="bench")
 
 
-def summary_rows(result: Any) -> list[tuple[str, str, str, str]]:
-    """(metric, per-trial values, median, better) rows for the summary table."""
+def summary_rows(result: Any, summary: Any = None) -> list[tuple[str, str, str, str]]:
+    """(metric, per-trial values, median, better) rows for the summary table
+    (of ``summary``, a stage's, when given; else the result's)."""
     rows = []
-    for name, metric in result.summary.metrics.items():
+    for name, metric in (summary or result.summary).metrics.items():
         per_trial = " ".join(number(v, 2 if abs(v) < 10 else 1) for v in metric.samples)
         median = metric.median
         rows.append(
@@ -180,7 +181,10 @@ def _print_result(result: Any, console: Any) -> None:
         f"({wl.hash[:12]})"
     )
     trials = Table(title="Trials")
+    staged = bool(result.stages)
     cols = ["#", "ok", "req", "fail", "dur s", "tok/s", "srv tok/s", "diff%", "TTFT", "TPOT"]
+    if staged:
+        cols.insert(1, "stage")
     has_slo = any(t.metrics is not None and t.metrics.goodput is not None for t in result.trials)
     if has_slo:
         cols += ["SLO met", "goodput"]
@@ -197,6 +201,7 @@ def _print_result(result: Any, console: Any) -> None:
             ]
         trials.add_row(
             str(t.index),
+            *([t.stage or "-"] if staged else []),
             "yes" if t.valid else "[red]NO[/]",
             str(t.num_requests),
             str(t.failed),
@@ -220,14 +225,30 @@ def _print_result(result: Any, console: Any) -> None:
     for t in result.trials:
         if not t.valid:
             console.print(f"[red]trial {t.index} invalid[/]: {t.invalid_reason}")
-    table = Table(title=f"Summary over {result.summary.valid_trials} valid trial(s)")
-    table.add_column("metric")
-    table.add_column("per trial", justify="right")
-    table.add_column("median", justify="right")
-    table.add_column("better")
-    for row in summary_rows(result):
-        table.add_row(*row)
-    console.print(table)
+    from .stages import load_words
+
+    # A staged result has one summary per stage: the stages' figures together mean nothing.
+    summaries = (
+        [
+            (
+                f"Stage {stage.name} ({load_words(stage.params)}): summary over "
+                f"{stage.summary.valid_trials} valid trial(s)",
+                stage.summary,
+            )
+            for stage in result.stages
+        ]
+        if staged
+        else [(f"Summary over {result.summary.valid_trials} valid trial(s)", result.summary)]
+    )
+    for title, summary in summaries:
+        table = Table(title=title)
+        table.add_column("metric")
+        table.add_column("per trial", justify="right")
+        table.add_column("median", justify="right")
+        table.add_column("better")
+        for row in summary_rows(result, summary):
+            table.add_row(*row)
+        console.print(table)
     for line in host_lines(result):
         console.print(line, highlight=False, markup=False)
     for t in result.trials:
@@ -344,11 +365,18 @@ def run(args: argparse.Namespace) -> int:
         )
 
     errors: dict[str, int] = {}
+    stage_trials = {name: wl.trials for name, wl in workload.stage_workloads()}
 
     def progress(ev: Progress) -> None:
-        if bar is None or ev.phase in ("discover", "done", "trial-done"):
+        if bar is None or ev.phase in ("discover", "stage", "done", "trial-done"):
             return
-        key = "warm-up" if ev.phase == "warmup" else f"trial {ev.trial + 1}/{workload.trials}"
+        key = (
+            "warm-up"
+            if ev.phase == "warmup"
+            else f"trial {ev.trial + 1}/{stage_trials.get(ev.stage, workload.trials)}"
+        )
+        if ev.stage is not None:
+            key = f"{ev.stage}: {key}"
         if key not in tasks:
             tasks[key] = bar.add_task(key, total=ev.total, errors=0)
             errors[key] = 0

@@ -1,5 +1,8 @@
 """``benchgate judge``, ``benchgate record`` and ``benchgate history``.
 
+Staged results (a workload with ``stages``) are judged stage by stage
+(``benchgate.stages``): a table per stage, then the verdict over them.
+
 The judge's exit status is the verdict, for shell and CI use:
 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 bad input (unreadable file, unknown metric).
 argparse's own usage errors also exit 2, so a mistyped command never reads as
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from . import ledger, stats
+from . import ledger, stages, stats
 
 EXIT_CODES = {stats.PASS: 0, stats.FAIL: 1, stats.INCONCLUSIVE: 2}
 EXIT_BAD_INPUT = 3
@@ -103,12 +106,21 @@ def cmd_judge(args: argparse.Namespace) -> int:
     baseline = load_json(args.baseline)
     candidate = load_json(args.candidate)
     specs, config = config_from_args(args)
-    verdict = stats.judge_results(baseline, candidate, specs, config)
+    verdict = stages.judge_any(
+        baseline,
+        candidate,
+        specs,
+        config,
+        correction=args.stage_correction,
+        default_limit=args.max_regression_pct,
+    )
     data = verdict.to_dict()
     if args.output:
         Path(args.output).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(data, indent=2))
+    elif isinstance(verdict, stages.StagedVerdict):
+        print(stages.render_table(verdict))
     else:
         print(stats.render_table(verdict))
     return EXIT_CODES[verdict.verdict]
@@ -222,6 +234,13 @@ def _add_judge(subparsers: Any) -> None:
         help="what a FAIL of a non-critical metric does (default: %(default)s)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="significance (default: 0.05)")
+    p.add_argument(
+        "--stage-correction",
+        choices=stages.CORRECTIONS,
+        default="bonferroni",
+        help="staged results: split alpha over the stages, so that the staged verdict "
+        "falsely fails no more often than one stage would (default: %(default)s)",
+    )
     p.add_argument("--min-trials", type=int, default=3, help="valid trials per side (default: 3)")
     p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
     p.add_argument(

@@ -93,6 +93,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX ab_choices_host_time ON ab_choices (host, recorded_at);
     """,
+    # 3: staged workloads: the stage of every trial (NULL: unstaged), and the
+    # result's per-stage block (each stage's load and summary).
+    """
+    ALTER TABLE trials ADD COLUMN stage TEXT;
+    ALTER TABLE runs ADD COLUMN stages_json TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -361,7 +367,7 @@ def _summary(result: Mapping[str, Any]) -> Any:
     return _first(result, "summary", "aggregate")
 
 
-def _trial_rows(result: Mapping[str, Any]) -> list[tuple[int, bool, Any]]:
+def _trial_rows(result: Mapping[str, Any]) -> list[tuple[int, bool, Any, str | None]]:
     trials = result.get("trials")
     if not isinstance(trials, list):
         return []
@@ -373,7 +379,15 @@ def _trial_rows(result: Mapping[str, Any]) -> list[tuple[int, bool, Any]]:
         if valid is None:
             valid = not trial.get("error") and not trial.get("errors")
         idx = trial.get("index", i)
-        rows.append((int(idx) if isinstance(idx, int) else i, valid is True, trial.get("metrics")))
+        stage = trial.get("stage")
+        rows.append(
+            (
+                int(idx) if isinstance(idx, int) else i,
+                valid is True,
+                trial.get("metrics"),
+                stage if isinstance(stage, str) else None,
+            )
+        )
     return rows
 
 
@@ -417,8 +431,8 @@ def record_result(
         cur = conn.execute(
             "INSERT INTO runs (recorded_at, started_at, finished_at, host, phase, model, "
             "release, hardware_json, unit_hash, workload_name, workload_hash, schema, "
-            "summary_json, result_sha256, speculative_json) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "summary_json, result_sha256, speculative_json, stages_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 recorded_at or utcnow(),
                 meta["started_at"],
@@ -435,17 +449,19 @@ def record_result(
                 None if summary is None else _dumps(summary),
                 digest,
                 None if speculative is None else _dumps(dict(speculative)),
+                None if not result.get("stages") else _dumps(result["stages"]),
             ),
         )
         run_id = int(cur.lastrowid or 0)
         seen: set[int] = set()
-        for idx, valid, metrics in _trial_rows(result):
+        for idx, valid, metrics, stage in _trial_rows(result):
             while idx in seen:  # duplicate indexes in a hand-made file: keep both
                 idx += 1
             seen.add(idx)
             conn.execute(
-                "INSERT INTO trials (run_id, idx, valid, metrics_json) VALUES (?, ?, ?, ?)",
-                (run_id, idx, int(valid), _dumps(metrics if metrics is not None else {})),
+                "INSERT INTO trials (run_id, idx, valid, metrics_json, stage) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (run_id, idx, int(valid), _dumps(metrics if metrics is not None else {}), stage),
             )
     return run_id
 
@@ -511,6 +527,8 @@ class RunRecord:
     summary: Any
     trials: list[dict[str, Any]]
     speculative: dict[str, Any] | None = None
+    # Staged results: the result's ``stages`` block; each trial dict then has "stage".
+    stages: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -588,9 +606,15 @@ def runs(
     with _open(db) as conn:
         for row in conn.execute(sql, args).fetchall():
             trials = [
-                {"index": t["idx"], "valid": bool(t["valid"]), "metrics": _loads(t["metrics_json"])}
+                {
+                    "index": t["idx"],
+                    "valid": bool(t["valid"]),
+                    "metrics": _loads(t["metrics_json"]),
+                    **({"stage": t["stage"]} if t["stage"] is not None else {}),
+                }
                 for t in conn.execute(
-                    "SELECT idx, valid, metrics_json FROM trials WHERE run_id = ? ORDER BY idx",
+                    "SELECT idx, valid, metrics_json, stage FROM trials WHERE run_id = ? "
+                    "ORDER BY idx",
                     (row["id"],),
                 )
             ]
@@ -609,6 +633,7 @@ def runs(
                     summary=_loads(row["summary_json"]),
                     trials=trials,
                     speculative=_loads(row["speculative_json"]),
+                    stages=_loads(row["stages_json"]),
                 )
             )
     return out

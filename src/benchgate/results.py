@@ -123,6 +123,8 @@ class Trial:
     server: dict[str, Any]
     agreement: Agreement | None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # The workload stage this trial measured; None for an unstaged workload.
+    stage: str | None = None
 
 
 @dataclass
@@ -155,6 +157,17 @@ class Summary:
 
 
 @dataclass
+class StageResult:
+    """One stage of a staged result: its load (the stage's workload params,
+    without ``stages``) and the summary of its trials alone."""
+
+    name: str
+    params: dict[str, Any]
+    summary: Summary
+    prompt_fit: dict[str, Any] | None = None
+
+
+@dataclass
 class Result:
     target: Target
     workload: WorkloadInfo
@@ -171,6 +184,11 @@ class Result:
     # Synthetic prompts: how they were fitted to input_len (benchgate.tokenfit);
     # null for file/sharegpt prompts and in older results.
     prompt_fit: dict[str, Any] | None = None
+    # Staged workloads: one entry per stage, in the order run; null when the
+    # workload is unstaged (and in older results). ``summary`` then covers
+    # the trials of every stage together, which only the counts make sense of:
+    # per-stage figures are in ``stages[*].summary`` (each trial has ``stage``).
+    stages: list[StageResult] | None = None
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
         data = asdict(self)
@@ -337,20 +355,26 @@ def build_trial(
 
 def trial_figures(trial: Trial) -> dict[str, float]:
     """Flat per-trial figures: ``output_tokens_per_s``, ``ttft_ms.median``, ..."""
+    if trial.metrics is None:
+        return {}
+    return figures_of(asdict(trial.metrics), trial.server)
+
+
+def figures_of(metrics: Mapping[str, Any] | None, server: Mapping[str, Any]) -> dict[str, float]:
+    """:func:`trial_figures` from a trial's JSON form (``metrics`` and ``server``)."""
     figures: dict[str, float] = {}
-    m = trial.metrics
-    if m is None:
+    if not isinstance(metrics, Mapping):
         return figures
     for name in HIGHER_IS_BETTER:
-        value = getattr(m, name)
-        if value is not None:
+        value = metrics.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             figures[name] = value
     for name in DISTRIBUTIONS:
-        dist = getattr(m, name)
-        if dist is not None:
+        dist = metrics.get(name)
+        if isinstance(dist, Mapping):
             for stat in STATS:
-                figures[f"{name}.{stat}"] = getattr(dist, stat)
-    server = trial.server
+                if isinstance(dist.get(stat), (int, float)):
+                    figures[f"{name}.{stat}"] = dist[stat]
     if server.get("ok") and server.get("generation_tokens_per_s") is not None:
         figures["server.generation_tokens_per_s"] = server["generation_tokens_per_s"]
     spec = server.get("spec_decode") if server.get("ok") else None
@@ -369,9 +393,28 @@ def better_direction(metric: str) -> str:
 
 def summarize(trials: Sequence[Trial]) -> Summary:
     valid = [t for t in trials if t.valid]
+    return _summary(len(trials), [trial_figures(t) for t in valid])
+
+
+def summarize_dicts(trials: Sequence[Mapping[str, Any]]) -> Summary:
+    """:func:`summarize` over trials in their JSON form (a stage of a loaded result)."""
+    valid = [t for t in trials if _dict_valid(t)]
+    figures = [figures_of(t.get("metrics"), t.get("server") or {}) for t in valid]
+    return _summary(len(trials), figures)
+
+
+def _dict_valid(trial: Mapping[str, Any]) -> bool:
+    """A trial dict's validity, read as the judge reads it (no flag: valid unless it erred)."""
+    valid = trial.get("valid")
+    if valid is None:
+        return not trial.get("error") and not trial.get("errors")
+    return valid is True
+
+
+def _summary(total: int, per_trial: Sequence[Mapping[str, float]]) -> Summary:
     samples: dict[str, list[float]] = {}
-    for trial in valid:
-        for name, value in trial_figures(trial).items():
+    for figures in per_trial:
+        for name, value in figures.items():
             samples.setdefault(name, []).append(value)
     metrics = {
         name: SummaryMetric(
@@ -381,7 +424,7 @@ def summarize(trials: Sequence[Trial]) -> Summary:
         )
         for name, values in samples.items()
     }
-    return Summary(total_trials=len(trials), valid_trials=len(valid), metrics=metrics)
+    return Summary(total_trials=total, valid_trials=len(per_trial), metrics=metrics)
 
 
 def check_result_dict(data: Any) -> dict[str, Any]:

@@ -7,6 +7,22 @@ request rate, requests per trial, warm-up and number of trials.  Its
 every result, so two results are only compared when they measured the same
 thing.
 
+A workload may carry ``stages``: a list of named load points run in order
+(single stream, a fixed concurrency, a request rate with SLOs, ...). Each
+stage is the top-level workload with the keys it names replaced
+(``STAGE_KEYS``), and may carry a ``gate`` block (its own limit, metrics,
+critical metrics and latency statistic) that the judge reads
+(``benchgate.stages``). A workload without ``stages`` is one stage and
+hashes exactly as before stages existed; the gate blocks are left out of
+the hash (they decide how a result is judged, not what is measured)::
+
+    stages:
+      - name: single
+        concurrency: 1
+      - name: busy
+        concurrency: 4
+        gate: {max_regression_pct: 10, critical: [output_tokens_per_s, ttft_ms]}
+
 Target-side code: keep it Python 3.9 compatible.
 """
 
@@ -18,6 +34,7 @@ import json
 import math
 import os
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +61,15 @@ OVERRIDABLE = (
 # Per-request service-level objectives (ms) a workload may set; goodput counts
 # the completed requests that meet all of them.
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+# Keys a stage may replace: the load, its length and what a trial tolerates.
+# The prompt source, API and sampling stay those of the whole workload.
+STAGE_KEYS = (*OVERRIDABLE, "burstiness", "max_error_rate")
+# Keys of a stage's ``gate`` block (read by benchgate.stages, not hashed).
+STAGE_GATE_KEYS = ("max_regression_pct", "metrics", "critical", "thresholds", "latency_stat")
+# Same as benchgate.stats.LATENCY_STATS (not imported: this module runs on the target).
+LATENCY_STATS = ("median", "mean", "p50", "p90", "p95", "p99")
+# A stage name: it appears in trial records, ledger rows and ``rule: stage:<name>``.
+STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 
 
 class WorkloadError(ValueError):
@@ -52,6 +78,7 @@ class WorkloadError(ValueError):
     def __init__(self, field_name: str, message: str, source: str | None = None) -> None:
         self.field = field_name
         self.source = source
+        self.detail = message
         where = f"{source}: " if source else ""
         super().__init__(f"{where}workload field '{field_name}': {message}")
 
@@ -76,6 +103,26 @@ class PromptSource:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One named load point of a staged workload.
+
+    ``overrides``: the keys of ``STAGE_KEYS`` this stage replaces (a ``None``
+    value clears an optional key, e.g. ``request_rate: null``); ``gate``: the
+    stage's judge settings (``STAGE_GATE_KEYS``), None for the judge's own.
+    """
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, **self.overrides}
+        if self.gate is not None:
+            data["gate"] = dict(self.gate)
+        return data
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     version: int
@@ -96,6 +143,8 @@ class Workload:
     # {"ttft_ms": 500, "tpot_ms": 50}; None = no goodput figure.
     slo: dict[str, float] | None = None
     description: str = ""
+    # Named load points run in order; () = the workload is one stage.
+    stages: tuple[Stage, ...] = ()
     # Directory the workload was loaded from (resolves relative prompt paths).
     # Not part of the identity of the workload, so not hashed.
     base_dir: str | None = field(default=None, compare=False)
@@ -108,16 +157,56 @@ class Workload:
         if data.get("slo") is None:
             # Absent, not null: workloads without an SLO keep the hash they had.
             data.pop("slo", None)
+        # Absent when unstaged, for the same reason.
+        data.pop("stages", None)
+        if self.stages:
+            data["stages"] = [stage.to_dict() for stage in self.stages]
         return data
+
+    @property
+    def staged(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [stage.name for stage in self.stages]
+
+    def stage_workloads(self) -> list[tuple[str | None, Workload]]:
+        """Every stage as a plain workload, in order: ``[(name, workload), ...]``.
+
+        An unstaged workload is one stage: ``[(None, self)]``. A stage's
+        workload has no stages of its own; it is validated like any workload.
+        """
+        if not self.stages:
+            return [(None, self)]
+        return [(stage.name, self._stage_workload(stage)) for stage in self.stages]
+
+    def stage_workload(self, name: str) -> Workload:
+        for stage in self.stages:
+            if stage.name == name:
+                return self._stage_workload(stage)
+        raise KeyError(name)
+
+    def _stage_workload(self, stage: Stage) -> Workload:
+        data = self.params()
+        data.pop("stages", None)
+        data.update(stage.overrides)
+        data["prompts"] = dataclasses.asdict(self.prompts)
+        data["description"] = f"{self.description} (stage {stage.name})".strip()
+        return parse_workload(data, base_dir=self.base_dir)
 
     @property
     def hash(self) -> str:
         """sha256 of the canonical JSON of what is measured.
 
-        ``timeout_s`` is left out: it decides when to give up, not what is measured.
+        ``timeout_s`` is left out: it decides when to give up, not what is
+        measured; so are the stages' ``gate`` blocks and their ``timeout_s``.
         """
         identity = self.params()
         identity.pop("timeout_s", None)
+        for stage in identity.get("stages", []):
+            stage.pop("gate", None)
+            stage.pop("timeout_s", None)
         canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -125,7 +214,9 @@ class Workload:
         """A copy with the given parameters replaced (``None`` values ignored).
 
         The result is validated again, so ``concurrency=0`` is an error naming
-        ``concurrency``.  A changed workload gets a different ``hash``.
+        ``concurrency``.  A changed workload gets a different ``hash``.  In a
+        staged workload an override replaces the key in every stage too
+        (``--trials 2`` means two trials per stage).
         """
         changes = {k: v for k, v in overrides.items() if v is not None}
         unknown = sorted(set(changes) - set(OVERRIDABLE))
@@ -135,6 +226,9 @@ class Workload:
             return self
         data = self.params()
         data.update(changes)
+        for stage in data.get("stages", []):
+            for key in changes:
+                stage.pop(key, None)
         data["prompts"] = dataclasses.asdict(self.prompts)
         data["description"] = self.description
         return parse_workload(data, base_dir=self.base_dir)
@@ -158,6 +252,7 @@ _INT_FIELDS = {
     "warmup": 0,
 }
 _KNOWN = {f.name for f in dataclasses.fields(Workload)} - {"base_dir"} | {"schema"}
+_STAGE_KNOWN = {"name", "gate", *STAGE_KEYS}
 
 
 def _int(data: Mapping[str, Any], key: str, minimum: int, source: str | None) -> int:
@@ -238,6 +333,104 @@ def _slo(raw: Any, source: str | None) -> dict[str, float] | None:
     return out
 
 
+def _stage_gate(raw: Any, where: str, source: str | None) -> dict[str, Any] | None:
+    """A stage's ``gate`` block, checked for shape (metric names are the judge's to check)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise WorkloadError(where, f"must be a mapping, got {type(raw).__name__}", source)
+    unknown = sorted(set(raw) - set(STAGE_GATE_KEYS))
+    if unknown:
+        known = ", ".join(STAGE_GATE_KEYS)
+        raise WorkloadError(f"{where}.{unknown[0]}", f"unknown key (one of {known})", source)
+    gate: dict[str, Any] = {}
+    if "max_regression_pct" in raw:
+        gate["max_regression_pct"] = _float(
+            raw, "max_regression_pct", 0.0, source, name=f"{where}.max_regression_pct"
+        )
+    for key in ("metrics", "critical"):
+        if key in raw:
+            names = raw[key]
+            if (
+                not isinstance(names, list)
+                or not names
+                or not all(isinstance(n, str) and n.strip() for n in names)
+            ):
+                raise WorkloadError(
+                    f"{where}.{key}",
+                    f"must be a non-empty list of metric names, got {names!r}",
+                    source,
+                )
+            gate[key] = [n.strip() for n in names]
+    if "thresholds" in raw:
+        limits = raw["thresholds"]
+        if not isinstance(limits, Mapping) or not limits:
+            raise WorkloadError(
+                f"{where}.thresholds",
+                f"must be a mapping of metric: percent, got {limits!r}",
+                source,
+            )
+        gate["thresholds"] = {
+            str(metric): _float(limits, metric, 0.0, source, name=f"{where}.thresholds.{metric}")
+            for metric in limits
+        }
+    if "latency_stat" in raw:
+        stat = raw["latency_stat"]
+        if stat not in LATENCY_STATS:
+            raise WorkloadError(
+                f"{where}.latency_stat",
+                f"must be one of {', '.join(LATENCY_STATS)}, got {stat!r}",
+                source,
+            )
+        gate["latency_stat"] = stat
+    return gate
+
+
+def _stages(raw: Any, top: Mapping[str, Any], source: str | None) -> tuple[Stage, ...]:
+    """Parse ``stages``; every stage is validated as the workload it makes.
+
+    Errors name the stage by position, e.g. ``stages[1].concurrency``.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise WorkloadError("stages", "must be a non-empty list of stages", source)
+    stages: list[Stage] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        where = f"stages[{i}]"
+        if not isinstance(entry, Mapping):
+            raise WorkloadError(where, f"must be a mapping, got {type(entry).__name__}", source)
+        unknown = sorted(set(entry) - _STAGE_KNOWN)
+        if unknown:
+            known = ", ".join(("name", "gate", *STAGE_KEYS))
+            raise WorkloadError(f"{where}.{unknown[0]}", f"unknown key (one of {known})", source)
+        name = entry.get("name")
+        if not isinstance(name, str) or not STAGE_NAME.fullmatch(name):
+            raise WorkloadError(
+                f"{where}.name",
+                f"must be a letter then letters, digits, '_' or '-' (at most 32), got {name!r}",
+                source,
+            )
+        if name in seen:
+            raise WorkloadError(f"{where}.name", f"{name!r} names another stage too", source)
+        seen.add(name)
+        overrides = {k: entry[k] for k in STAGE_KEYS if k in entry}
+        merged = {k: v for k, v in top.items() if k not in ("stages", "description")}
+        merged.update(overrides)
+        try:
+            checked = parse_workload(merged, source=source)
+        except WorkloadError as exc:
+            if exc.field.split(".")[0] not in overrides:
+                raise
+            raise WorkloadError(f"{where}.{exc.field}", exc.detail, source) from exc
+        # Keep the values as parsed (e.g. slo as floats), so the hash is canonical.
+        normalized = {k: getattr(checked, k) for k in overrides}
+        gate = _stage_gate(entry.get("gate"), f"{where}.gate", source)
+        stages.append(Stage(name=name, overrides=normalized, gate=gate))
+    return tuple(stages)
+
+
 def parse_workload(data: Any, base_dir: str | None = None, source: str | None = None) -> Workload:
     """Validate a parsed workload mapping; errors name the field."""
     if not isinstance(data, Mapping):
@@ -298,6 +491,7 @@ def parse_workload(data: Any, base_dir: str | None = None, source: str | None = 
         prompts=_prompt_source(data.get("prompts"), source),
         slo=_slo(data.get("slo"), source),
         description=description,
+        stages=_stages(data.get("stages"), data, source),
         base_dir=base_dir,
     )
 
