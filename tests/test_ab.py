@@ -471,3 +471,18 @@ def test_real_h200_records_one_stream_and_64_streams() -> None:
     assert c64.status == "slower" and c64.gain_pct < -10
     table = ab.render_staged_table(choice)
     assert "c1: concurrency 1" in table and "c64: concurrency 64" in table
+
+
+def test_module_chooses_by_the_rule_at_every_stage(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The playbook's path for a staged workload: the module applies the rule
+    # (never_slower by default; stage:NAME when set) and prints every stage.
+    arms = [{"name": "off", "config": {}}, {"name": "ngram-k3", "config": NGRAM}]
+    kind, out = _run_module(monkeypatch, {"arms": arms, "results": FLIP})
+    assert kind == "exit" and out["winner"] == "off", out["reason"]
+    assert "rule: never_slower (the default)" in out["table"]
+    kind, out = _run_module(monkeypatch, {"arms": arms, "results": FLIP, "rule": "stage:single"})
+    assert kind == "exit" and out["winner"] == "ngram-k3", out["reason"]
+    kind, out = _run_module(monkeypatch, {"arms": arms, "results": FLIP, "rule": "stage:nosuch"})
+    assert kind == "fail" and "names no stage" in out["msg"]

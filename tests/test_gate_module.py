@@ -310,3 +310,32 @@ def test_decidable_limit_follows_the_runs() -> None:
     assert stats.decidable_limit_pct(4.0, (1, 1)) == pytest.approx(20.0, abs=0.2)
     assert stats.decidable_limit_pct(4.0, (2, 2)) < stats.decidable_limit_pct(4.0, (2, 1))
     assert stats.decidable_limit_pct(0.0, (1, 1)) == 0.0
+
+
+def test_staged_results_are_judged_stage_by_stage_and_recorded(tmp_path: Path) -> None:
+    # A staged workload (issue 19): the candidate is 30% slower at the busy
+    # stage only. The module judges every stage, FAILs the host on that stage,
+    # prints a table per stage and records both results with their stages.
+    from test_stages import staged
+
+    db = tmp_path / "ledger.sqlite"
+    base = staged({"single": 100.0, "busy": 400.0}, seed=1)
+    cand = staged({"single": 100.0, "busy": 280.0}, seed=2)
+    out = run_module(
+        {
+            "baseline": base,
+            "candidate": [cand, staged({"single": 100.0, "busy": 280.0}, seed=3)],
+            "metrics": ["output_tokens_per_s"],
+            "ledger": str(db),
+            "host": "h1",
+        }
+    )
+    assert out["verdict"] == "FAIL", out["reasons"]
+    assert "== stage busy" in out["table"] and "== stage single" in out["table"]
+    by_stage = {m["stage"]: m for m in out["metrics"]}
+    assert by_stage["single"]["verdict"] == "PASS"
+    assert by_stage["busy"]["verdict"] == "FAIL"
+    assert by_stage["busy"]["n_candidate"] == 16  # both candidate results, merged
+    with sqlite3.connect(db) as conn:
+        stages = {row[0] for row in conn.execute("SELECT DISTINCT stage FROM trials")}
+    assert stages == {"single", "busy"}

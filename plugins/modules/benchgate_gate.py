@@ -308,6 +308,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 BENCHGATE_IMPORT_ERROR = None
 try:
     from benchgate import ledger as bg_ledger
+    from benchgate import stages as bg_stages
     from benchgate import stats as bg_stats
 except ImportError:
     BENCHGATE_IMPORT_ERROR = traceback.format_exc()
@@ -378,7 +379,7 @@ def load_results(value: Any, name: str) -> dict[str, Any]:
     if isinstance(value, list):
         if not value:
             raise ValueError(f"{name}: an empty list of results")
-        return bg_stats.merge_results(
+        return bg_stages.merge_staged(
             [load_result(item, f"{name}[{i}]") for i, item in enumerate(value)]
         )
     return load_result(value, name)
@@ -407,7 +408,9 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
             if params.get(key) is not None
         },
     )
-    verdict = bg_stats.judge_results(baseline, candidate, specs, config)
+    # A staged workload is judged stage by stage (benchgate.stages: every stage
+    # must pass, alpha split over the stages); an unstaged one as before.
+    verdict = bg_stages.judge_any(baseline, candidate, specs, config)
     out = verdict.to_dict()
     result: dict[str, Any] = {
         "changed": False,
@@ -416,7 +419,11 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "reasons": out["reasons"],
         "gate_warnings": out["warnings"],
         "metrics": out["metrics"],
-        "table": bg_stats.render_table(verdict),
+        "table": (
+            bg_stages.render_table(verdict)
+            if isinstance(verdict, bg_stages.StagedVerdict)
+            else bg_stats.render_table(verdict)
+        ),
     }
     if params["ledger"] and not check_mode:
         host = params["host"]

@@ -88,6 +88,21 @@ options:
     description: Valid trials an arm needs to be considered.
     type: int
     default: 3
+  rule:
+    description:
+      - Only for a staged workload (several load points, C(benchgate.stages)) - which stage
+        picks the arm. C(never_slower) (the default) takes an arm only when it is proven
+        faster than plain decoding at one stage at least and proven no more than
+        O(max_loss_pct) slower at every stage; C(stage:NAME) lets that stage alone decide.
+        The rule is in the docstring of C(benchgate.ab).
+    type: str
+    default: never_slower
+  max_loss_pct:
+    description:
+      - With O(rule=never_slower), the largest loss against plain decoding tolerated at
+        any stage, in percent.
+    type: float
+    default: 5.0
   ledger:
     description: Path of the SQLite ledger on the controller; nothing is recorded when unset.
     type: path
@@ -198,6 +213,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "min_gain_pct": {"type": "float", "default": 0.0},
     "alpha": {"type": "float", "default": 0.05},
     "min_trials": {"type": "int", "default": 3},
+    "rule": {"type": "str", "default": "never_slower"},
+    "max_loss_pct": {"type": "float", "default": 5.0},
     "ledger": {"type": "path"},
     "host": {"type": "str"},
     "release": {"type": "str"},
@@ -230,7 +247,8 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         raise ValueError(f"results for arms that are not listed: {', '.join(unknown)}")
     results = {name: _load(value, name) for name, value in params["results"].items()}
     errors = {str(k): str(v) for k, v in (params["errors"] or {}).items()}
-    choice = bg_ab.choose(
+    # choose_any: arm by arm at every stage of a staged workload, else as before.
+    choice = bg_ab.choose_any(
         arms,
         results,
         errors,
@@ -238,6 +256,8 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         min_gain_pct=params["min_gain_pct"],
         alpha=params["alpha"],
         min_trials=params["min_trials"],
+        rule=params["rule"],
+        max_loss_pct=params["max_loss_pct"],
     )
     out = choice.to_dict()
     result: dict[str, Any] = {
@@ -246,7 +266,11 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "config": out["config"],
         "reason": out["reason"],
         "arms": out["arms"],
-        "table": bg_ab.render_table(choice),
+        "table": (
+            bg_ab.render_staged_table(choice)
+            if isinstance(choice, bg_ab.StagedChoice)
+            else bg_ab.render_table(choice)
+        ),
     }
     if params["ledger"] and not check_mode:
         run_ids = {}
