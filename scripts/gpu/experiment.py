@@ -84,10 +84,10 @@ SERVERS = {
     "v24-d06b-k3": _server(OLD, "qwen3-0.6b", 3, 8014),
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
-# Batches 1-3 ran on 2026-12-04. Batches 4-6 are one session's worth for the
-# arms still missing, each release's plain server measured again in the same
-# session (the A/B and the upgrade gate compare within one machine); batch 4
-# holds 0.26.0 alone because 0.24.0 is installed while it starts.
+# Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
+# missing, each release's plain server measured again in the same session
+# (the A/B and the upgrade gate compare within one machine); batch 4 holds
+# 0.26.0 alone because 0.24.0 is installed while it starts.
 BATCHES = {
     "1": ["v26-off", "v26-d4b-k1", "v26-d4b-k3"],
     "2": ["v26-d4b-k5", "v26-d06b-k3", "v24-off"],
