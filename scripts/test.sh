@@ -33,13 +33,10 @@ pytest -q 2>&1 | tee "$pytest_log"
 printf '\n=== molecule\n'
 passed=0
 failed=0
-# The fleet scenario runs only when named (BENCHGATE_SCENARIOS="... fleet"):
-# in the CI rehearsal of 2026-12-04 its batch of two hosts, measured at once
-# on two cores, ended undecided and was rolled back (docs/fleet.md).
 # The fleet's hosts start from an image with both releases installed: it runs
 # last, and upgrade_regression's host (which installs both) is committed to
 # that image instead of installing them again (scripts/build-releases-image.sh).
-scenarios=" ${BENCHGATE_SCENARIOS:-$(ls molecule | grep -vx fleet | tr '\n' ' ')} "
+scenarios=" ${BENCHGATE_SCENARIOS:-$(ls molecule | tr '\n' ' ')} "
 ordered="${scenarios/ fleet / } "
 [[ "$scenarios" == *" fleet "* ]] && ordered+="fleet"
 # molecule_test SCENARIO: molecule test, keeping upgrade_regression's host for

@@ -510,6 +510,21 @@ def test_cpu_placement_renders_into_the_unit(tmp_path: Path) -> None:
 @needs_ansible
 @needs_unshare
 @needs_systemd_analyze
+def test_cpu_placement_given_as_a_number_renders(tmp_path: Path) -> None:
+    """An unquoted `vllm_service_cpu_affinity: 3` (YAML reads an int), or a template
+    that yields one, renders like "3" (it failed: an int has no length)."""
+    more = {"vllm_service_cpu_affinity": 3}
+    done, groups, _, _, _ = _render_example(tmp_path, "l4-fleet.yml", more)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    for host in groups["hosts"]:
+        lines = (tmp_path / "out" / host / "vllm.service").read_text().splitlines()
+        assert "CPUAffinity=3" in lines
+        assert "Environment=VLLM_CPU_OMP_THREADS_BIND=3" in lines
+
+
+@needs_ansible
+@needs_unshare
+@needs_systemd_analyze
 def test_cpu_placement_keeps_the_users_own_thread_binding(tmp_path: Path) -> None:
     more = {
         "vllm_service_cpu_affinity": "0,2",
