@@ -122,7 +122,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     elif isinstance(verdict, stages.StagedVerdict):
         print(stages.render_table(verdict))
     else:
-        print(stats.render_table(verdict))
+        print(stats.render_table(verdict, config.alpha))
     return EXIT_CODES[verdict.verdict]
 
 
