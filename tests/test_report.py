@@ -401,7 +401,7 @@ def test_html_has_charts_tables_and_escaped_reasons(ledger_db: tuple[Path, Path]
     # Tables: the spec on/off change, per-position acceptance, roofline.
     assert re.search(
         r"ngram-k3</td><td class=\"num\">1</td><td class=\"num\">255.0</td>"
-        r"<td class=\"num\">-49.5%</td>",
+        r"<td class=\"num\">49.5% worse</td>",
         page,
     )
     for pct in ("79.3%", "65.1%", "55.0%", "45.3%", "38.6%"):
@@ -419,8 +419,8 @@ def test_html_has_charts_tables_and_escaped_reasons(ledger_db: tuple[Path, Path]
 def test_markdown_escapes_table_cells(ledger_db: tuple[Path, Path]) -> None:
     db, _ = ledger_db
     md = report.render_markdown(report.load_report(db))
-    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | -49.5% |" in md
-    assert "| 0.32.0 | draft-k5 | 1 | 325.0 | -35.6% |" in md
+    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | 49.5% worse |" in md
+    assert "| 0.32.0 | draft-k5 | 1 | 325.0 | 35.6% worse |" in md
     assert "| 0.32.0 · draft-k5 | 79.3% | 65.1% | 55.0% | 45.3% | 38.6% |" in md
     assert "Latest verdict: **FAIL** (0.31.0 → 0.32.0" in md
     fail_row = next(line for line in md.splitlines() if "**FAIL**" in line and "gpu-2 |" in line)
@@ -585,3 +585,10 @@ def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
     }
     by_ab = {r.arm: r.change_vs_off_pct for r in arm_rows(runs, [choice])}
     assert by_ab == {"off": None, "ngram-k3": -10.9}
+    # Written as the A/B table writes it: better or worse, with the A/B's interval.
+    from benchgate.report.aggregates import vs_off_text
+
+    choice["arms"][1].update(gain_lo_pct=-15.0, gain_hi_pct=-6.0)
+    cells = {r.arm: vs_off_text(r) for r in arm_rows(runs, [choice])}
+    assert cells == {"off": "-", "ngram-k3": "10.9% worse (15.0% worse to 6.0% worse)"}
+    assert {r.arm: vs_off_text(r) for r in arm_rows(runs)}["ngram-k3"] == "2.7% better"
