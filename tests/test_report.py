@@ -237,6 +237,22 @@ def test_result_file_changed_after_recording_is_not_used(tmp_path: Path) -> None
     assert run.result_source is None
 
 
+def test_a_ledger_with_the_older_arm_labels_still_reports_its_arms(tmp_path: Path) -> None:
+    """Issue 17: arms are written ``arm:<name>`` now; earlier releases wrote
+    ``arm-<name>`` (the playbook's arm phase) and ``spec:<name>``."""
+    db = tmp_path / "ledger.sqlite"
+    for name, phase, tput in (
+        ("off", "arm-off", [300.0, 301.0, 302.0]),
+        ("ngram", "arm-ngram-k3", [250.0, 255.0, 260.0]),
+        ("draft", "spec:draft-k2", [320.0, 325.0, 330.0]),
+    ):
+        record(db, tmp_path, name, make_result("0.32.0", tput), host="h", phase=phase)
+    loaded = report.load_report(db)
+    assert sorted(r.arm for r in loaded.runs) == ["draft-k2", "ngram-k3", "off"]
+    md = report.render_markdown(loaded)
+    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | 15.3% worse |" in md
+
+
 def test_arm_names() -> None:
     assert report.arm_of("baseline", None) == "off"
     assert report.arm_of("candidate", {}) == "off"
@@ -569,7 +585,7 @@ def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
 
     def run(i: int, arm: str, tput: float) -> RunView:
         return RunView(
-            id=i, recorded_at="2026-12-05T00:00:00Z", host="h", phase=f"spec:{arm}",
+            id=i, recorded_at="2026-12-05T00:00:00Z", host="h", phase=f"arm:{arm}",
             release="0.32.0", arm=arm, speculative=None, model=None, workload="demo",
             hardware=None, throughput=tput, throughput_samples=[tput], ttft_ms=None,
             tpot_ms=None, acceptance_rate=None, per_position=None, roofline=None,

@@ -149,7 +149,7 @@ options:
   phase:
     description:
       - Arm label of the candidate run in the ledger (for example C(candidate) or
-        C(spec:ngram-k3)).
+        C(candidate:arm:ngram-k3) for the arm that a speculative A/B chose).
     type: str
     default: candidate
   baseline_phase:
