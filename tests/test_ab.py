@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +334,7 @@ def test_staged_ab_compares_every_arm_at_every_stage() -> None:
     assert lines[0].split() == [
         "stage",
         "arm",
+        "median",
         "tok/s",
         "TTFT",
         "ms",
@@ -341,7 +343,8 @@ def test_staged_ab_compares_every_arm_at_every_stage() -> None:
         "accept",
         "vs",
         "off",
-        "bounds",
+        "(95%",  # alpha 0.05 split over two stages
+        "interval)",
         "here",
     ]
     rows = [
@@ -353,6 +356,10 @@ def test_staged_ab_compares_every_arm_at_every_stage() -> None:
         ("busy", "reference"),
     ]
     assert [r[-1] for r in rows if r[0] == "ngram-k3"] == ["faster", "slower"]
+    # One story per row: the change in words, its interval on the same side.
+    ngram = [line for line in lines if line.split()[0] == "ngram-k3"]
+    assert "better (" in ngram[0] and ngram[0].count("better") == 3
+    assert "worse (" in ngram[1] and ngram[1].count("worse") == 3
     assert "rule: never_slower (the default)" in table
     assert lines[-1].startswith("chosen: off")
 
@@ -362,7 +369,7 @@ def test_the_stage_that_matters_most_can_decide() -> None:
     single = ab.choose_staged(arms, FLIP, rule="stage:single")
     assert single.winner == "ngram-k3" and single.config["num_speculative_tokens"] == 3
     assert single.stages[0].alpha == pytest.approx(0.05)  # one decisive comparison
-    assert "at stage single by +2" in single.reason
+    assert re.search(r"at stage single \(2\d\.\d% better than off\)", single.reason)
     busy = ab.choose_staged(arms, FLIP, rule="stage:busy")
     assert busy.winner == "off" and busy.verdicts["ngram-k3"] == "not proven faster at busy"
     with pytest.raises(ValueError, match=r"names no stage .*single, busy"):

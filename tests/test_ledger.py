@@ -66,12 +66,12 @@ def test_explicit_arguments_win_over_the_result(tmp_path: Path) -> None:
         db,
         make_result([400.0]),
         host="gpu-2",
-        phase="spec:ngram-k3",
+        phase="arm:ngram-k3",
         release="0.10.0",
         hardware={"gpu": "L4", "count": 1},
         unit_hash="u123",
     )
-    [run] = ledger.runs(db, phase="spec:ngram-k3")
+    [run] = ledger.runs(db, phase="arm:ngram-k3")
     assert run.release == "0.10.0"
     assert run.hardware == {"gpu": "L4", "count": 1}
     assert run.unit_hash == "u123"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchgate import cli_bench, cli_rollout, numfmt
-from benchgate.numfmt import MISSING, number, pct_change
+from benchgate.numfmt import MISSING, change_interval, change_words, number, pct_change
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,4 +45,41 @@ def test_the_tables_write_a_figure_the_same_way() -> None:
     spec.loader.exec_module(callback)
     assert callback._tok(1234.5) == cli_rollout._tok_s(1234.5) == number(1234.5) == "1,234.5"
     assert callback._tok(None) == cli_rollout._tok_s(None) == cli_bench._mib(None) == MISSING
-    assert callback._change(400, 300) == pct_change(-25.0)
+    assert callback._estimate({"before_tok_s": 400, "after_tok_s": 300}) == "25.0% worse"
+
+
+def test_the_change_is_written_in_the_words_of_its_metric() -> None:
+    """One story: a change reads better or worse, whichever sign its metric needs."""
+    assert change_interval(-25.0, -30.0, -20.0) == "25.0% worse (30.0% worse to 20.0% worse)"
+    assert change_interval(-25.0, -30.0, -20.0, higher_is_better=False) == (
+        "25.0% better (20.0% better to 30.0% better)"
+    )
+    assert change_words(float("inf")) == "unbounded" and change_words(None) == MISSING
+
+
+def test_no_table_or_reason_writes_the_typographic_minus_or_infinity() -> None:
+    """Issue 17: the gate and the A/B wrote "\u2212" and "\u221e"; every writer is numfmt's."""
+    from benchgate import ab, stats
+
+    spec = stats.make_specs(metrics=["output_tokens_per_s"])[0]
+    verdict = stats.judge_metric(spec, [100.0, 101.0, 102.0], [80.0, 81.0, 82.0])
+    unattainable = stats.judge_metric(  # no bound attainable: the old code wrote "\u221e"
+        spec, [100.0, 101.0], [99.0, 100.0], stats.GateConfig(min_trials=2, alpha=0.01)
+    )
+    assert unattainable.change_hi_pct == float("inf")
+    table = stats.render_table(stats.combine([verdict, unattainable]), 0.05)
+    arms = [ab.Arm("off", {}), ab.Arm("ngram-k3", {"method": "ngram"})]
+    choice = ab.choose(
+        arms,
+        {
+            "off": {"trials": [_trial(x) for x in (100.0, 101.0, 102.0, 103.0)]},
+            "ngram-k3": {"trials": [_trial(x) for x in (80.0, 81.0, 82.0, 83.0)]},
+        },
+    )
+    text = table + ab.render_table(choice) + " ".join(a.note for a in choice.arms)
+    assert "worse" in table and "ngram-k3" in text
+    assert "\u2212" not in text and "\u221e" not in text
+
+
+def _trial(tok_s: float) -> dict:
+    return {"valid": True, "metrics": {"output_tokens_per_s": tok_s}}

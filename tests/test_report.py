@@ -237,6 +237,22 @@ def test_result_file_changed_after_recording_is_not_used(tmp_path: Path) -> None
     assert run.result_source is None
 
 
+def test_a_ledger_with_the_older_arm_labels_still_reports_its_arms(tmp_path: Path) -> None:
+    """Issue 17: arms are written ``arm:<name>`` now; earlier releases wrote
+    ``arm-<name>`` (the playbook's arm phase) and ``spec:<name>``."""
+    db = tmp_path / "ledger.sqlite"
+    for name, phase, tput in (
+        ("off", "arm-off", [300.0, 301.0, 302.0]),
+        ("ngram", "arm-ngram-k3", [250.0, 255.0, 260.0]),
+        ("draft", "spec:draft-k2", [320.0, 325.0, 330.0]),
+    ):
+        record(db, tmp_path, name, make_result("0.32.0", tput), host="h", phase=phase)
+    loaded = report.load_report(db)
+    assert sorted(r.arm for r in loaded.runs) == ["draft-k2", "ngram-k3", "off"]
+    md = report.render_markdown(loaded)
+    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | 15.3% worse |" in md
+
+
 def test_arm_names() -> None:
     assert report.arm_of("baseline", None) == "off"
     assert report.arm_of("candidate", {}) == "off"
@@ -401,7 +417,7 @@ def test_html_has_charts_tables_and_escaped_reasons(ledger_db: tuple[Path, Path]
     # Tables: the spec on/off change, per-position acceptance, roofline.
     assert re.search(
         r"ngram-k3</td><td class=\"num\">1</td><td class=\"num\">255.0</td>"
-        r"<td class=\"num\">-49.5%</td>",
+        r"<td class=\"num\">49.5% worse</td>",
         page,
     )
     for pct in ("79.3%", "65.1%", "55.0%", "45.3%", "38.6%"):
@@ -419,8 +435,8 @@ def test_html_has_charts_tables_and_escaped_reasons(ledger_db: tuple[Path, Path]
 def test_markdown_escapes_table_cells(ledger_db: tuple[Path, Path]) -> None:
     db, _ = ledger_db
     md = report.render_markdown(report.load_report(db))
-    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | -49.5% |" in md
-    assert "| 0.32.0 | draft-k5 | 1 | 325.0 | -35.6% |" in md
+    assert "| 0.32.0 | ngram-k3 | 1 | 255.0 | 49.5% worse |" in md
+    assert "| 0.32.0 | draft-k5 | 1 | 325.0 | 35.6% worse |" in md
     assert "| 0.32.0 · draft-k5 | 79.3% | 65.1% | 55.0% | 45.3% | 38.6% |" in md
     assert "Latest verdict: **FAIL** (0.31.0 → 0.32.0" in md
     fail_row = next(line for line in md.splitlines() if "**FAIL**" in line and "gpu-2 |" in line)
@@ -569,7 +585,7 @@ def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
 
     def run(i: int, arm: str, tput: float) -> RunView:
         return RunView(
-            id=i, recorded_at="2026-12-05T00:00:00Z", host="h", phase=f"spec:{arm}",
+            id=i, recorded_at="2026-12-05T00:00:00Z", host="h", phase=f"arm:{arm}",
             release="0.32.0", arm=arm, speculative=None, model=None, workload="demo",
             hardware=None, throughput=tput, throughput_samples=[tput], ttft_ms=None,
             tpot_ms=None, acceptance_rate=None, per_position=None, roofline=None,
@@ -585,3 +601,10 @@ def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
     }
     by_ab = {r.arm: r.change_vs_off_pct for r in arm_rows(runs, [choice])}
     assert by_ab == {"off": None, "ngram-k3": -10.9}
+    # Written as the A/B table writes it: better or worse, with the A/B's interval.
+    from benchgate.report.aggregates import vs_off_text
+
+    choice["arms"][1].update(gain_lo_pct=-15.0, gain_hi_pct=-6.0)
+    cells = {r.arm: vs_off_text(r) for r in arm_rows(runs, [choice])}
+    assert cells == {"off": "-", "ngram-k3": "10.9% worse (15.0% worse to 6.0% worse)"}
+    assert {r.arm: vs_off_text(r) for r in arm_rows(runs)}["ngram-k3"] == "2.7% better"

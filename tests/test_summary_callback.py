@@ -42,8 +42,10 @@ def test_one_line_per_host_with_change_and_rollback() -> None:
     assert lines[0].split() == [
         "host",
         "release",
+        "median",
         "tok/s",
         "before",
+        "median",
         "tok/s",
         "after",
         "change",
@@ -58,10 +60,11 @@ def test_one_line_per_host_with_change_and_rollback() -> None:
         "0.32.0",
         "400.0",
         "410.0",
-        "+2.5%",
+        "2.5%",
+        "better",
         "PASS",
     ]
-    assert lines[2].split()[-5:] == ["300.0", "-25.0%", "FAIL", "(rolled", "back)"]
+    assert lines[2].split()[-6:] == ["300.0", "25.0%", "worse", "FAIL", "(rolled", "back)"]
     assert lines[3] == "  gpu-02: slower by 25%"
 
 
@@ -97,4 +100,6 @@ def test_the_change_is_the_gates_estimate_with_its_interval() -> None:
             }
         }
     )
-    assert lines[1].split()[-3:] == ["+3.4%", "(-8.6%..+13.0%)", "INCONCLUSIVE"]
+    assert lines[1].split("0.31.0 -> 0.32.0")[1].split()[2:] == (
+        ["3.4%", "better", "(8.6%", "worse", "to", "13.0%", "better)", "INCONCLUSIVE"]
+    )

@@ -14,7 +14,8 @@ short_description: Per-host summary of a benchgate upgrade
 description:
   - At the end of the playbook, prints one line per host from the C(benchgate_summary)
     statistic that the upgrade playbook sets with C(ansible.builtin.set_stats) - the release
-    before and after, output tokens/s before and after, the verdict and whether the host
+    before and after, the median output tokens/s before and after, the gate's estimate of
+    the change with its interval (better or worse), the verdict and whether the host
     was rolled back; then, per host, the speculative decoding A/B table (every arm's
     tokens/s, TTFT, acceptance and per-position acceptance, and the arm chosen).
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
@@ -29,7 +30,7 @@ import os
 
 from ansible.plugins.callback import CallbackBase
 
-from benchgate.numfmt import MISSING, number, pct_change
+from benchgate.numfmt import MISSING, change_interval, number
 
 
 def _tok(value: object) -> str:
@@ -39,29 +40,43 @@ def _tok(value: object) -> str:
         return MISSING
 
 
-def _change(before: object, after: object) -> str:
+def _float(value: object) -> float | None:
     try:
-        return pct_change((float(after) / float(before) - 1.0) * 100.0)  # type: ignore[arg-type]
-    except (TypeError, ValueError, ZeroDivisionError):
-        return MISSING
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _change(before: object, after: object) -> float | None:
+    """The medians' relative change in %, None when either is missing."""
+    b, a = _float(before), _float(after)
+    if a is None or not b:
+        return None
+    return (a / b - 1.0) * 100.0
 
 
 def _estimate(item: dict) -> str:
-    """The gate's estimate of the change with its interval; else the medians' ratio."""
-    try:
-        change = float(item["change_pct"])
-    except (KeyError, TypeError, ValueError):
-        return _change(item.get("before_tok_s"), item.get("after_tok_s"))
-    try:
-        lo, hi = float(item["change_lo_pct"]), float(item["change_hi_pct"])
-    except (KeyError, TypeError, ValueError):
-        return pct_change(change)
-    return f"{pct_change(change)} ({pct_change(lo)}..{pct_change(hi)})"
+    """The gate's estimate of the change in tokens/s with its interval, in words
+    (``2.5% better (1.0% worse to 6.0% better)``); else the medians' change."""
+    change = _float(item.get("change_pct"))
+    if change is None:
+        medians = _change(item.get("before_tok_s"), item.get("after_tok_s"))
+        return change_interval(medians, None, None)
+    return change_interval(
+        change, _float(item.get("change_lo_pct")), _float(item.get("change_hi_pct"))
+    )
 
 
 def format_summary(summary: dict) -> list[str]:
     """Render the per-host summary as text lines (pure, for tests)."""
-    header = ("host", "release", "tok/s before", "tok/s after", "change (90% interval)", "verdict")
+    header = (
+        "host",
+        "release",
+        "median tok/s before",
+        "median tok/s after",
+        "change (90% interval)",
+        "verdict",
+    )
     rows = [header]
     for host in sorted(summary):
         item = summary[host]

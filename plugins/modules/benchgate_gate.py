@@ -149,7 +149,7 @@ options:
   phase:
     description:
       - Arm label of the candidate run in the ledger (for example C(candidate) or
-        C(spec:ngram-k3)).
+        C(candidate:arm:ngram-k3) for the arm that a speculative A/B chose).
     type: str
     default: candidate
   baseline_phase:
@@ -229,8 +229,8 @@ reasons:
   type: list
   elements: str
   sample:
-    - "output_tokens_per_s: 412.3 → 301.0 tok/s (−27.0%, 95% bounds −29.1%…−25.2%,
-      p=0.004), slower beyond the 5% limit"
+    - "output_tokens_per_s: 27.0% worse than the baseline's 412.3 tok/s (90% interval
+      29.1% worse to 25.2% worse, p=0.004): worse beyond the 5% limit"
 gate_warnings:
   description:
     - Non-blocking findings (a non-critical metric INCONCLUSIVE, or FAIL with
@@ -287,7 +287,9 @@ metrics:
       description: Valid candidate trials used.
       type: int
 table:
-  description: The verdict as a plain-text table.
+  description:
+    - The verdict as a plain-text table. Per metric the medians of both sides and the
+      change that the reasons give (the estimate with its interval, better or worse).
   returned: always
   type: str
 ledger_ids:
@@ -422,7 +424,7 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "table": (
             bg_stages.render_table(verdict)
             if isinstance(verdict, bg_stages.StagedVerdict)
-            else bg_stats.render_table(verdict)
+            else bg_stats.render_table(verdict, config.alpha)
         ),
     }
     if params["ledger"] and not check_mode:

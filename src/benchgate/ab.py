@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import serve, stages, stats
+from . import numfmt, serve, stages, stats
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
@@ -150,6 +150,8 @@ class Choice:
     objective: str
     reason: str
     arms: list[ArmOutcome]
+    #: The one-sided level of each arm's bounds against off (the interval is 1 - 2 alpha).
+    alpha: float = 0.05
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -214,8 +216,16 @@ def _outcome(arm: Arm, result: Mapping[str, Any] | None, objective: str) -> ArmO
     return out
 
 
-def _pct(value: float) -> str:
-    return "unbounded" if not math.isfinite(value) else f"{value:+.1f}%"
+def _versus_off(outcome: ArmOutcome, alpha: float) -> str:
+    """The arm's change against off in the gate's words: "4.0% better than off (90% interval
+    1.0% worse to 9.0% better)"; the objective is one that is better higher."""
+    text = f"{numfmt.change_words(outcome.gain_pct)} than off"
+    if outcome.gain_lo_pct is None or outcome.gain_hi_pct is None:
+        return text
+    return (
+        f"{text} ({stats.interval_pct(alpha)}% interval {numfmt.change_words(outcome.gain_lo_pct)}"
+        f" to {numfmt.change_words(outcome.gain_hi_pct)})"
+    )
 
 
 def choose(
@@ -252,6 +262,7 @@ def choose(
             objective,
             "no arm could be measured: " + _failures(outcomes),
             list(outcomes.values()),
+            alpha,
         )
 
     off = outcomes.get(OFF)
@@ -265,6 +276,7 @@ def choose(
             objective,
             f"{why}; {best.name} has the highest median {objective} of the arms measured",
             list(outcomes.values()),
+            alpha,
         )
 
     off.status = "reference"
@@ -277,18 +289,15 @@ def choose(
         outcome.gain_pct = shift.change * 100.0
         outcome.gain_lo_pct = shift.change_lo * 100.0
         outcome.gain_hi_pct = shift.change_hi * 100.0
-        bounds = (
-            f"{_pct(outcome.gain_pct)} "
-            f"(bounds {_pct(outcome.gain_lo_pct)}…{_pct(outcome.gain_hi_pct)})"
-        )
+        versus = _versus_off(outcome, alpha)
         if outcome.gain_lo_pct > min_gain_pct:
             proven.append((outcome.gain_pct, arm))
-            outcome.note = f"{bounds} vs off: proven faster"
+            outcome.note = f"{versus}: proven faster"
         elif outcome.gain_hi_pct < 0:
-            outcome.status, outcome.note = "slower", f"{bounds} vs off: slower"
+            outcome.status, outcome.note = "slower", f"{versus}: slower"
         else:
             outcome.status = "not proven faster"
-            outcome.note = f"{bounds} vs off: not proven faster by more than {min_gain_pct:g}%"
+            outcome.note = f"{versus}: not proven faster by more than {min_gain_pct:g}%"
 
     if not proven:
         off.status = "winner"
@@ -300,8 +309,9 @@ def choose(
             objective,
             f"no speculative arm beats plain decoding on {objective}{tail}: off serves",
             list(outcomes.values()),
+            alpha,
         )
-    gain, best = max(proven, key=lambda item: item[0])
+    _, best = max(proven, key=lambda item: item[0])
     for _, arm in proven:
         outcomes[arm.name].status = "winner" if arm is best else "beaten"
     winner = outcomes[best.name]
@@ -309,9 +319,10 @@ def choose(
         best.name,
         dict(best.config),
         objective,
-        f"{best.name} beats plain decoding on {objective} by {gain:+.1f}% "
-        f"(lower bound {_pct(winner.gain_lo_pct or 0.0)}): {best.name} serves",
+        f"{best.name} beats plain decoding on {objective}, "
+        f"{_versus_off(winner, alpha)}: {best.name} serves",
         list(outcomes.values()),
+        alpha,
     )
 
 
@@ -319,38 +330,59 @@ def _failures(outcomes: Mapping[str, ArmOutcome]) -> str:
     return "; ".join(f"{o.name}: {o.note}" for o in outcomes.values() if o.status == "failed")
 
 
+def _change_cell(outcome: ArmOutcome) -> str:
+    return numfmt.change_interval(outcome.gain_pct, outcome.gain_lo_pct, outcome.gain_hi_pct)
+
+
+def _explain(objective: str, level: str) -> str:
+    return (
+        "median tok/s, TTFT ms, TPOT ms: medians of each arm's trials; vs off: the estimate "
+        f"of the change in {objective} that the choice judges, with its {level}% interval"
+    )
+
+
 def render_table(choice: Choice) -> str:
-    """The per-arm table (the field report's, per release): figures and outcome."""
+    """The per-arm table (the field report's, per release): figures and outcome.
+
+    One story per arm: the medians are labelled as such, and "vs off" is the
+    estimate that the choice judges, with its interval, better or worse.
+    """
+    level = stats.interval_pct(choice.alpha)
     positions = max((len(a.per_position_acceptance) for a in choice.arms), default=0)
-    header = ["arm", "tok/s", "TTFT ms", "TPOT ms", "accept", "len"]
-    header += [f"pos{i}" for i in range(positions)] + ["vs off", "outcome"]
+    header = ["arm", "median tok/s", "TTFT ms", "TPOT ms", "accept", "len"]
+    header += [f"pos{i}" for i in range(positions)]
+    header += [f"vs off ({level}% interval)", "outcome"]
     rows = [header]
     for a in choice.arms:
         row = [
             a.name,
-            _num(a.output_tokens_per_s, 1),
-            _num(a.ttft_ms, 1),
-            _num(a.tpot_ms, 2),
+            numfmt.number(a.output_tokens_per_s, 1),
+            numfmt.number(a.ttft_ms, 1),
+            numfmt.number(a.tpot_ms, 2),
             _rate(a.acceptance_rate),
-            _num(a.mean_acceptance_length, 2),
+            numfmt.number(a.mean_acceptance_length, 2),
         ]
         row += [
-            _rate(a.per_position_acceptance[i]) if i < len(a.per_position_acceptance) else "-"
+            _rate(a.per_position_acceptance[i])
+            if i < len(a.per_position_acceptance)
+            else numfmt.MISSING
             for i in range(positions)
         ]
-        row += ["-" if a.gain_pct is None else f"{a.gain_pct:+.1f}%", a.status]
+        row += [_change_cell(a), a.status]
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines + [f"chosen: {choice.winner or 'none'}: {choice.reason}"])
-
-
-def _num(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    return "\n".join(
+        lines
+        + [
+            _explain(choice.objective, level),
+            f"chosen: {choice.winner or 'none'}: {choice.reason}",
+        ]
+    )
 
 
 def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
+    return numfmt.number(None if value is None else value * 100, 1, "%")
 
 
 # --------------------------------------------------------------------------
@@ -566,10 +598,10 @@ def _apply_rule(
         if arm is not best:
             verdicts[arm.name] += f"; beaten by {best.name}"
     what = (
-        f"beats plain decoding at stage {decisive} by {best_gain:+.1f}%"
+        f"beats plain decoding at stage {decisive} ({numfmt.change_words(best_gain)} than off)"
         if decisive is not None
         else f"beats plain decoding at some stage and is nowhere more than {max_loss_pct:g}% "
-        f"slower (worst stage {best_gain:+.1f}%)"
+        f"slower (worst stage: {numfmt.change_words(best_gain)} than off)"
     )
     return done(best, f"{best.name} {what} on {objective}: {best.name} serves")
 
@@ -600,8 +632,19 @@ _STAGE_STATUS = {"winner": "faster", "beaten": "faster"}
 
 
 def render_staged_table(choice: StagedChoice) -> str:
-    """Every arm at every stage: figures, the change against off, the outcome there."""
-    header = ["stage", "arm", "tok/s", "TTFT ms", "TPOT ms", "accept", "vs off", "bounds", "here"]
+    """Every arm at every stage: medians, the change against off, the outcome there."""
+    alpha = choice.stages[0].alpha if choice.stages else 0.0
+    level = stats.interval_pct(alpha)
+    header = [
+        "stage",
+        "arm",
+        "median tok/s",
+        "TTFT ms",
+        "TPOT ms",
+        "accept",
+        f"vs off ({level}% interval)",
+        "here",
+    ]
     rows = [header]
     for s in choice.stages:
         for i, a in enumerate(s.choice.arms):
@@ -610,14 +653,11 @@ def render_staged_table(choice: StagedChoice) -> str:
                 [
                     s.stage if i == 0 else "",
                     a.name,
-                    _num(a.output_tokens_per_s, 1),
-                    _num(a.ttft_ms, 1),
-                    _num(a.tpot_ms, 2),
+                    numfmt.number(a.output_tokens_per_s, 1),
+                    numfmt.number(a.ttft_ms, 1),
+                    numfmt.number(a.tpot_ms, 2),
                     _rate(a.acceptance_rate),
-                    "-" if a.gain_pct is None else f"{a.gain_pct:+.1f}%",
-                    "-"
-                    if a.gain_lo_pct is None or a.gain_hi_pct is None
-                    else f"{_pct(a.gain_lo_pct)}…{_pct(a.gain_hi_pct)}",
+                    _change_cell(a),
                     _STAGE_STATUS.get(status, status),
                 ]
             )
@@ -626,10 +666,10 @@ def render_staged_table(choice: StagedChoice) -> str:
     loads = "; ".join(
         f"{s.stage}: {stages.load_words(s.params) or 'load not recorded'}" for s in choice.stages
     )
-    alpha = choice.stages[0].alpha if choice.stages else 0.0
     default = " (the default)" if choice.rule == DEFAULT_RULE else ""
     lines += [
-        f"stages: {loads}; bounds at alpha {alpha:.3g} per stage",
+        f"stages: {loads}; judged at alpha {alpha:.3g} per stage",
+        _explain(choice.objective, level),
         f"rule: {choice.rule}{default}",
         *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
         f"chosen: {choice.winner or 'none'}: {choice.reason}",

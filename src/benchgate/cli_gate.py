@@ -122,7 +122,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     elif isinstance(verdict, stages.StagedVerdict):
         print(stages.render_table(verdict))
     else:
-        print(stats.render_table(verdict))
+        print(stats.render_table(verdict, config.alpha))
     return EXIT_CODES[verdict.verdict]
 
 
@@ -272,7 +272,7 @@ def _add_record(subparsers: Any) -> None:
     p = subparsers.add_parser("record", help="store a result (and its verdict) in the ledger")
     p.add_argument("--db", required=True, help="SQLite ledger path (created if missing)")
     p.add_argument("--host", required=True)
-    p.add_argument("--phase", required=True, help="arm label: baseline, candidate, spec:...")
+    p.add_argument("--phase", required=True, help="arm label: baseline, candidate, arm:<name>, ...")
     p.add_argument("--result", required=True, help="result JSON")
     p.add_argument("--verdict", help="verdict JSON from 'benchgate judge --output'")
     p.add_argument("--release", help="vLLM release (default: read from the result)")

@@ -349,7 +349,7 @@ def render_table(verdict: StagedVerdict) -> str:
         load = load_words(s.params)
         heading = f"== stage {s.stage}" + (f" ({load})" if load else "")
         heading += f": {s.verdict.verdict}, judged at alpha {s.alpha:.3g} =="
-        blocks.append(heading + "\n" + stats.render_table(s.verdict))
+        blocks.append(heading + "\n" + stats.render_table(s.verdict, s.alpha))
     split = (
         f"alpha {verdict.alpha:g} split over {len(verdict.stages)} stages (Bonferroni)"
         if verdict.correction == "bonferroni"

@@ -141,6 +141,8 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from . import numfmt
+
 PASS = "PASS"
 FAIL = "FAIL"
 INCONCLUSIVE = "INCONCLUSIVE"
@@ -552,30 +554,9 @@ def count_outliers(values: Sequence[float], z: float = 3.5) -> int:
 # --------------------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
-    a = abs(value)
-    if a >= 100:
-        return f"{value:.1f}"
-    if a >= 1:
-        return f"{value:.2f}"
-    return f"{value:.4g}"
-
-
 def _worse_better(change_pct: float, direction: Direction) -> str:
     """A relative change in words, oriented for the metric: "4.1% worse", "2.0% better"."""
-    if math.isinf(change_pct):
-        return "unbounded"
-    worse = change_pct < 0 if direction is Direction.HIGHER else change_pct > 0
-    size = abs(change_pct)
-    if size < 0.05:
-        return "no change"
-    return f"{size:.1f}% {'worse' if worse else 'better'}"
-
-
-def _pct(value: float) -> str:
-    if math.isinf(value):
-        return "∞" if value > 0 else "−∞"
-    return f"{value:+.1f}%".replace("-", "−")
+    return numfmt.change_words(change_pct, direction is Direction.HIGHER)
 
 
 def judge_metric(
@@ -662,7 +643,7 @@ def judge_metric(
     head = (
         f"{spec.name}: {_worse_better(change, direction)} "
         f"{'from' if _worse_better(change, direction) == 'no change' else 'than'} the baseline's "
-        f"{_fmt(common['baseline_median'])}{unit_s} ({two_sided}% interval "
+        f"{numfmt.figure(common['baseline_median'])}{unit_s} ({two_sided}% interval "
         f"{_worse_better(worst, direction)} to {_worse_better(best, direction)}, p={p:.3g}"
         + (f"; the slowest {b_aside}+{c_aside} trials set aside" if aside else "")
         + (
@@ -1067,28 +1048,39 @@ def naive_verdict(
     return FAIL if regression >= max_regression_pct else PASS
 
 
-def render_table(verdict: Verdict) -> str:
-    """A plain-text table of the per-metric outcome plus the reasons."""
-    header = ("metric", "baseline", "candidate", "shift", "bounds", "p", "limit", "verdict")
+def interval_pct(alpha: float) -> str:
+    """The two-sided level of the gate's interval at ``alpha``, in %: "90" at 0.05."""
+    return f"{round((1 - 2 * alpha) * 100, 1):g}"
+
+
+def render_table(verdict: Verdict, alpha: float | None = None) -> str:
+    """A plain-text table of the per-metric outcome plus the reasons.
+
+    The change column is the estimate that the reasons give (Hodges-Lehmann,
+    with its interval, in words: better or worse for that metric); ``alpha``
+    (the judging one) names the interval's level in its heading.
+    """
+    level = f"{interval_pct(alpha)}% interval" if alpha is not None else "interval"
+    header = (
+        "metric",
+        "baseline median",
+        "candidate median",
+        f"change ({level})",
+        "p",
+        "limit",
+        "verdict",
+    )
     rows: list[tuple[str, ...]] = [header]
     for m in verdict.metrics:
-
-        def num(x: float | None) -> str:
-            return "-" if x is None else _fmt(x)
-
-        bounds = (
-            "-"
-            if m.change_lo_pct is None or m.change_hi_pct is None
-            else f"{_pct(m.change_lo_pct)}…{_pct(m.change_hi_pct)}"
-        )
         rows.append(
             (
                 m.metric + (" *" if m.critical else ""),
-                f"{num(m.baseline_median)} (n={m.n_baseline})",
-                f"{num(m.candidate_median)} (n={m.n_candidate})",
-                "-" if m.change_pct is None else _pct(m.change_pct),
-                bounds,
-                "-" if m.p_value is None else f"{m.p_value:.3g}",
+                f"{numfmt.figure(m.baseline_median)} (n={m.n_baseline})",
+                f"{numfmt.figure(m.candidate_median)} (n={m.n_candidate})",
+                numfmt.change_interval(
+                    m.change_pct, m.change_lo_pct, m.change_hi_pct, m.direction != "lower"
+                ),
+                numfmt.MISSING if m.p_value is None else f"{m.p_value:.3g}",
                 f"{m.max_regression_pct:g}%",
                 m.verdict,
             )
@@ -1098,8 +1090,8 @@ def render_table(verdict: Verdict) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines.append(
-        "baseline, candidate: medians of the trials; shift: the Hodges-Lehmann estimate of "
-        "the change, which can differ from the change of the medians"
+        "medians: of each side's trials; change: the Hodges-Lehmann estimate of the "
+        "change and its interval, as in the reasons (the medians can point the other way)"
     )
     lines.append(f"verdict: {verdict.verdict}   (* critical)")
     lines.extend(f"  - {r}" for r in verdict.reasons)

@@ -24,7 +24,8 @@ present.
 
 A run's speculative arm, first found wins: a ``speculative`` mapping in the
 result (``target``, ``metadata``, ``server`` or top level; ``{}`` is "off"),
-then the phase label (``arm-<name>`` or ``spec:<name>``), else "off".
+then the phase label (``arm:<name>``; ``arm-<name>`` and ``spec:<name>`` from
+older ledgers), else "off".
 
 The ledger is opened read-only; the report never changes it. Charts are
 matplotlib figures rendered to inline SVG (text kept as text), so the HTML

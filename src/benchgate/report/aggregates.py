@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..numfmt import change_interval
 from .data import NOT_MEASURED, OFF, RunView, median, num, roofline_efficiency
 
 
@@ -31,6 +32,8 @@ class ArmRow:
     change_vs_off_pct: float | None
     acceptance_rate: float | None
     per_position: list[float] | None
+    # The A/B's interval of that change (lower, upper), when the ledger has it.
+    change_vs_off_interval: tuple[float, float] | None = None
 
 
 def ab_estimates(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
@@ -48,10 +51,26 @@ def ab_estimates(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
     return out
 
 
+def ab_intervals(
+    choices: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """(release, arm) -> the interval of :func:`ab_estimates`' estimate, in % (latest A/B)."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for choice in choices:
+        for arm in choice.get("arms") or []:
+            if not isinstance(arm, Mapping):
+                continue
+            lo, hi = num(arm.get("gain_lo_pct")), num(arm.get("gain_hi_pct"))
+            if lo is not None and hi is not None:
+                out[(str(choice.get("release")), str(arm.get("name")))] = (lo, hi)
+    return out
+
+
 def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ()) -> list[ArmRow]:
     """Per release and arm: medians over the runs, and the change of tokens/s against off:
     the A/B's own estimate where the ledger has it (``choices``), else the medians' ratio."""
     estimates = ab_estimates(choices)
+    intervals = ab_intervals(choices)
     groups: dict[tuple[str, str], list[RunView]] = {}
     for r in runs:
         groups.setdefault((r.release, r.arm), []).append(r)
@@ -63,6 +82,7 @@ def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ())
         tput = median(x.throughput for x in rs)
         base = off.get(rel)
         change = estimates.get((rel, arm))
+        change_from_ab = change is not None
         if change is None and arm != OFF and base and tput is not None:
             change = 100.0 * (tput - base) / base
         latest_pp = next((x.per_position for x in reversed(rs) if x.per_position), None)
@@ -78,9 +98,16 @@ def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ())
                 acceptance_rate=median(x.acceptance_rate for x in rs),
                 per_position=_mean_lists([x.per_position for x in rs if x.per_position])
                 or latest_pp,
+                change_vs_off_interval=intervals.get((rel, arm)) if change_from_ab else None,
             )
         )
     return rows
+
+
+def vs_off_text(row: ArmRow) -> str:
+    """The "vs off" cell: the change in words with its interval, as the A/B table writes it."""
+    lo, hi = row.change_vs_off_interval or (None, None)
+    return change_interval(row.change_vs_off_pct, lo, hi)
 
 
 def _mean_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:

@@ -139,9 +139,9 @@ def speculative_label(spec: Mapping[str, Any] | None) -> str:
 def arm_of(phase: str | None, speculative: Mapping[str, Any] | None) -> str:
     """The speculative arm of a run: the phase's arm label, else its speculative mapping.
 
-    ``arm:ngram-k3`` / ``arm-ngram-k3`` / ``spec:ngram-k3`` name the arm
-    (``arm:off`` is off); other phases (``baseline``, ``candidate``) take the
-    name from the mapping; no mapping is "off".
+    ``arm:ngram-k3`` names the arm (``arm:off`` is off); ``arm-ngram-k3`` and
+    ``spec:ngram-k3``, which older releases wrote, still do; other phases
+    (``baseline``, ``candidate``) take the name from the mapping; no mapping is "off".
     """
     p = (phase or "").strip()
     for prefix in ("arm:", "arm-", "spec:", "spec-"):

@@ -9,13 +9,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import ledger
-from ..numfmt import MISSING, number, pct_change
+from ..numfmt import MISSING, number
 from .aggregates import (
     arm_rows,
     roofline_status,
     roofline_text,
     short_time,
     spec_text,
+    vs_off_text,
 )
 from .charts import chart_acceptance, chart_over_time, chart_spec_ab
 from .data import NOT_MEASURED, OFF, Report, roofline_efficiency
@@ -158,7 +159,7 @@ def _host_html(report: Report, host: str) -> str:
                     (_e(r.arm), False),
                     (str(r.runs), True),
                     (_e(number(r.throughput)), True),
-                    (_e(pct_change(r.change_vs_off_pct)), True),
+                    (_e(vs_off_text(r)), True),
                     (_e(number(r.ttft_ms, 1)), True),
                     (_e(number(r.tpot_ms, 2)), True),
                     (
@@ -178,8 +179,9 @@ def _host_html(report: Report, host: str) -> str:
     )
     out.append(
         '<p class="note">Medians over the runs of each group; "vs off" is the A/B\'s own '
-        'estimate of the change in tokens/s against the same release\'s "off" arm (as in its '
-        "table), or, without a recorded A/B, the ratio of the medians. A run counts as "
+        'estimate of the change in tokens/s against the same release\'s "off" arm, better or '
+        "worse, with its interval (as in its table), or, without a recorded A/B, the ratio of "
+        "the medians. A run counts as "
         '"off" unless the ledger or '
         "its result records a speculative configuration, or its phase is an arm label such as "
         "<code>arm:ngram-k3</code>.</p>"

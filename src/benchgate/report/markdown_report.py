@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import ledger
-from ..numfmt import MISSING, number, pct_change
-from .aggregates import arm_rows, roofline_status, short_time
+from ..numfmt import MISSING, number
+from .aggregates import arm_rows, roofline_status, short_time, vs_off_text
 from .data import NOT_MEASURED, Report, roofline_efficiency
 
 
@@ -71,7 +71,7 @@ def render_markdown(report: Report) -> str:
                     _md(r.arm),
                     str(r.runs),
                     number(r.throughput),
-                    pct_change(r.change_vs_off_pct),
+                    vs_off_text(r),
                     number(r.ttft_ms, 1),
                     number(r.tpot_ms, 2),
                 ]
