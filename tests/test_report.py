@@ -782,7 +782,9 @@ def test_staged_verdict_names_the_failed_stage_with_its_estimate_and_interval(
     assert "**FAIL**<br>single: PASS<br>busy: FAIL" in md
 
 
-def test_staged_ab_shows_every_arm_at_every_stage(tmp_path: Path) -> None:
+def staged_ab_ledger(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A staged A/B recorded as benchgate_speculative_ab records one: ngram-k3 helps at
+    single (+40%) and hurts at busy (-25%), so off serves."""
     db = tmp_path / "ledger.sqlite"
     levels = {"off": {"single": 100.0, "busy": 400.0}, "ngram-k3": {"single": 140.0, "busy": 300.0}}
     arms = [ab.Arm("off", {}), ab.Arm("ngram-k3", {"method": "ngram", "num_speculative_tokens": 3})]
@@ -803,6 +805,11 @@ def test_staged_ab_shows_every_arm_at_every_stage(tmp_path: Path) -> None:
     data = choice.to_dict()
     ledger.record_ab_choice(db, data, host="gpu-1", release="0.32.0")
     assert choice.winner == "off"
+    return db, data
+
+
+def test_staged_ab_shows_every_arm_at_every_stage(tmp_path: Path) -> None:
+    db, data = staged_ab_ledger(tmp_path)
     ngram = next(a for a in data["arms"] if a["name"] == "ngram-k3")
     assert "slower at busy" in ngram["status"]
     gains = {st: ngram["stages"][st]["gain_pct"] for st in ("single", "busy")}
@@ -839,3 +846,17 @@ def test_staged_ab_shows_every_arm_at_every_stage(tmp_path: Path) -> None:
     md = report.render_markdown(rep)
     assert f"|  | ngram-k3 | {ngram['stages']['single']['output_tokens_per_s']:,.1f} |" in md
     assert f"- ngram-k3: {ngram['status']}" in md
+
+
+@needs_chromium
+def test_staged_report_renders_in_chromium(tmp_path: Path) -> None:
+    db, _ = staged_ab_ledger(tmp_path)
+    html_path = tmp_path / "staged.html"
+    html_path.write_text(report.render_html(report.load_report(db)), encoding="utf-8")
+    proc = run_chromium(tmp_path, html_path, "--dump-dom")
+    assert console_messages(proc.stderr) == []
+    dom = parse(proc.stdout)
+    assert len(dom.figures) == 3  # every stage side by side, each stage over time
+    assert all(tags.get("svg") == 1 and tags.get("path", 0) >= 5 for tags in dom.figures.values())
+    text = " ".join(" ".join(dom.text).split())
+    assert "Stage single (concurrency 1)" in text and "Staged speculative A/B" in text
