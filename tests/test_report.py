@@ -9,6 +9,7 @@ import random
 import re
 import shutil
 import sqlite3
+import statistics
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -702,6 +703,8 @@ def test_real_staged_results_show_every_stage(tmp_path: Path) -> None:
         for s, block in zip(got, result["stages"]):
             metrics = block["summary"]["metrics"]
             assert s.throughput == metrics[TPUT]["median"]
+            own = [t["metrics"][TPUT] for t in result["trials"] if t["stage"] == s.name]
+            assert s.throughput == statistics.median(own)  # this stage's trials, not all
             assert s.ttft_ms == metrics["ttft_ms.median"]["median"]
             assert s.valid_trials == 2
 
@@ -730,6 +733,14 @@ def test_real_staged_results_show_every_stage(tmp_path: Path) -> None:
     assert "Stage **single (concurrency 1)**:" in md and "Stage **busy (concurrency 4)**:" in md
     for s in verdict["stages"]:
         assert re.search(rf"\| {s['stage']} \| concurrency \d \| \*\*{s['verdict']}\*\* \|", md)
+
+
+def test_unstaged_runs_get_no_stage_sections(ledger_db: tuple[Path, Path]) -> None:
+    db, _ = ledger_db
+    rep = report.load_report(db)
+    assert all(r.stages == () for r in rep.runs)
+    page, md = report.render_html(rep), report.render_markdown(rep)
+    assert "Stage" not in page and "Stage" not in md and "data-stage" not in page
 
 
 def test_staged_verdict_names_the_failed_stage_with_its_estimate_and_interval(
