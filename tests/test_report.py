@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import random
 import re
 import shutil
 import sqlite3
+import statistics
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -14,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from benchgate import cli, ledger, report
+from benchgate import ab, cli, ledger, report, stages, stats
+from benchgate.results import summarize_dicts
+from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 
 FIELD_REPORT = [0.793, 0.651, 0.550, 0.453, 0.386]  # per-position acceptance, 4xL4, vLLM 0.32
 EVIL = '<script>alert("x")</script> & a|b'
@@ -608,3 +613,292 @@ def test_vs_off_is_the_ab_estimate_when_the_ledger_has_the_ab() -> None:
     cells = {r.arm: vs_off_text(r) for r in arm_rows(runs, [choice])}
     assert cells == {"off": "-", "ngram-k3": "10.9% worse (15.0% worse to 6.0% worse)"}
     assert {r.arm: vs_off_text(r) for r in arm_rows(runs)}["ngram-k3"] == "2.7% better"
+
+
+# --------------------------------------------------------------------------- staged runs
+
+REPO = Path(__file__).resolve().parents[1]
+STAGED_WORKLOAD = str(REPO / "workloads" / "demo-staged.yml")
+TPUT = "output_tokens_per_s"
+
+
+def staged_result(
+    release: str, levels: dict[str, float], *, n: int = 8, seed: int = 0, ttft: float = 50.0
+) -> dict[str, Any]:
+    """A staged result as ``benchgate bench`` writes one: ``n`` trials per stage around each
+    stage's tok/s, the ``stages`` block with each stage's load and summary."""
+    rng = random.Random(seed)
+    trials: list[dict[str, Any]] = []
+    for c, (name, level) in enumerate(levels.items(), start=1):
+        for _ in range(n):
+            v = level * (1 + rng.gauss(0, 0.02))
+            trials.append(
+                {
+                    "index": len(trials),
+                    "valid": True,
+                    "stage": name,
+                    "metrics": {
+                        TPUT: v,
+                        "ttft_ms": {"median": ttft * c * (1 + rng.gauss(0, 0.02))},
+                        "tpot_ms": {"median": 1000.0 / v},
+                    },
+                    "server": {"ok": False},
+                }
+            )
+    stage_blocks = [
+        {
+            "name": name,
+            "params": {"concurrency": c, "trials": n},
+            "summary": dataclasses.asdict(
+                summarize_dicts([t for t in trials if t["stage"] == name])
+            ),
+        }
+        for c, name in enumerate(levels, start=1)
+    ]
+    return {
+        "schema": "benchgate.result/1",
+        "target": {"base_url": "http://gpu-1:8000", "model": "tiny", "server_version": release},
+        "workload": {
+            "name": "demo-staged",
+            "version": 1,
+            "hash": "h",
+            "params": {"stages": [{"name": name} for name in levels]},
+        },
+        "trials": trials,
+        "summary": dataclasses.asdict(summarize_dicts(trials)),
+        "stages": stage_blocks,
+    }
+
+
+def stage_table(page: str, stage: str) -> str:
+    """The HTML table under a stage's heading."""
+    m = re.search(rf'data-stage="{re.escape(stage)}">[^<]*</h4>(<table>.*?</table>)', page)
+    assert m, f"no table for stage {stage}"
+    return m.group(1)
+
+
+def staged_verdict_cells(page: str) -> dict[str, str]:
+    """Stage -> the stage verdict shown in the staged gate verdict table."""
+    return dict(
+        re.findall(
+            r'<tr><td>(\w+)</td><td>[^<]*</td><td><span class="verdict verdict-(\w+)">', page
+        )
+    )
+
+
+def test_real_staged_results_show_every_stage(tmp_path: Path) -> None:
+    """Two staged results from ``benchgate bench`` (the fake server), judged stage by stage:
+    each stage's figures are its own trials', and its verdict is the gate's."""
+    arts = tmp_path / "artifacts"
+    quick = ["--trials", "2", "--num-requests", "4", "--output-len", "8", "--warmup", "1"]
+    paths = {}
+    with serve_in_thread(FakeConfig(ttft_s=0.002, itl_s=0.001)) as srv:
+        for side in ("baseline", "candidate"):
+            paths[side] = arts / "run1" / "cpu-1" / f"{side}.json"
+            argv = ["bench", "--base-url", srv.base_url, "--workload", STAGED_WORKLOAD]
+            code = cli.main([*argv, *quick, "--quiet", "-o", str(paths[side])])
+            assert code == 0
+    base, cand = (json.loads(paths[s].read_text()) for s in ("baseline", "candidate"))
+    db = arts / "ledger.sqlite"
+    ids = {
+        side: ledger.record_result(db, result, host="cpu-1", phase=side, release=rel)
+        for side, result, rel in (("baseline", base, "0.31.0"), ("candidate", cand, "0.32.0"))
+    }
+    verdict = stages.judge_staged(base, cand).to_dict()
+    ledger.record_verdict(
+        db,
+        verdict,
+        host="cpu-1",
+        release="0.32.0",
+        baseline_release="0.31.0",
+        phase="candidate",
+        baseline_run_id=ids["baseline"],
+        candidate_run_id=ids["candidate"],
+    )
+
+    rep = report.load_report(db)
+    assert rep.results_matched == 2
+    views = {r.phase: r for r in rep.runs_of("cpu-1")}
+    for side, result in (("baseline", base), ("candidate", cand)):
+        got = views[side].stages
+        assert [s.name for s in got] == ["single", "busy"]
+        assert [s.params["concurrency"] for s in got] == [1, 4]
+        for s, block in zip(got, result["stages"]):
+            metrics = block["summary"]["metrics"]
+            assert s.throughput == metrics[TPUT]["median"]
+            own = [t["metrics"][TPUT] for t in result["trials"] if t["stage"] == s.name]
+            assert s.throughput == statistics.median(own)  # this stage's trials, not all
+            assert s.ttft_ms == metrics["ttft_ms.median"]["median"]
+            assert s.valid_trials == 2
+
+    page = report.render_html(rep)
+    dom = parse(page)
+    text = " ".join(" ".join(dom.text).split())
+    assert "Stage single (concurrency 1)" in text and "Stage busy (concurrency 4)" in text
+    assert "Per release and speculative arm" not in text  # no pooled table of staged runs
+    for i, name in enumerate(["single", "busy"]):
+        table = stage_table(page, name)
+        for rel, result in (("0.31.0", base), ("0.32.0", cand)):
+            tput = result["stages"][i]["summary"]["metrics"][TPUT]["median"]
+            assert f'<td>{rel}</td><td>off</td><td class="num">1</td>' in table
+            assert f'<td class="num">{tput:,.1f}</td>' in table
+    # The gate's verdict of every stage, as it recorded it.
+    shown = staged_verdict_cells(page)
+    assert shown == {s["stage"]: s["verdict"] for s in verdict["stages"]}
+    assert f"alpha {verdict['alpha']:g} split over 2 stages (Bonferroni)" in text
+    # Charts: every stage side by side, and each stage over time; all drawn.
+    kinds = sorted(re.sub(r"^host-.*-[0-9a-f]{8}-", "", fid) for fid in dom.figures)
+    assert kinds == ["stage0-time", "stage1-time", "stages"], kinds
+    for fid, tags in dom.figures.items():
+        assert tags.get("svg") == 1 and tags.get("path", 0) >= 5, (fid, tags)
+
+    md = report.render_markdown(rep)
+    assert "Stage **single (concurrency 1)**:" in md and "Stage **busy (concurrency 4)**:" in md
+    for s in verdict["stages"]:
+        assert re.search(rf"\| {s['stage']} \| concurrency \d \| \*\*{s['verdict']}\*\* \|", md)
+
+
+def test_unstaged_runs_get_no_stage_sections(ledger_db: tuple[Path, Path]) -> None:
+    db, _ = ledger_db
+    rep = report.load_report(db)
+    assert all(r.stages == () for r in rep.runs)
+    page, md = report.render_html(rep), report.render_markdown(rep)
+    assert "Stage" not in page and "Stage" not in md and "data-stage" not in page
+
+
+def _words(pct: float) -> str:
+    """A change of tokens/s in words: "20.1% worse", "0.4% better"."""
+    if abs(pct) < 0.05:
+        return "no change"
+    return f"{abs(pct):.1f}% {'worse' if pct < 0 else 'better'}"
+
+
+def test_staged_verdict_names_the_failed_stage_with_its_estimate_and_interval(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "ledger.sqlite"
+    base = staged_result("0.31.0", {"single": 100.0, "busy": 400.0}, seed=1)
+    cand = staged_result("0.32.0", {"single": 100.0, "busy": 320.0}, seed=2)  # busy -20%
+    b = record(db, tmp_path, "b", base, host="gpu-1", phase="baseline")
+    c = record(db, tmp_path, "c", cand, host="gpu-1", phase="candidate")
+    verdict = stages.judge_staged(base, cand, stats.make_specs(metrics=[TPUT]))
+    assert [s.verdict.verdict for s in verdict.stages] == ["PASS", "FAIL"]
+    ledger.record_verdict(
+        db,
+        verdict.to_dict(),
+        host="gpu-1",
+        release="0.32.0",
+        baseline_release="0.31.0",
+        phase="candidate",
+        baseline_run_id=b,
+        candidate_run_id=c,
+    )
+    rep = report.load_report(db)
+    page = report.render_html(rep)
+    text = " ".join(" ".join(parse(page).text).split())
+    assert staged_verdict_cells(page) == {"single": "PASS", "busy": "FAIL"}
+    for s in verdict.stages:
+        m = s.verdict.metric(TPUT)
+        assert m.change_pct is not None and m.change_lo_pct is not None
+        # In words, worst end first, as the gate's own table writes them.
+        hi = "unbounded" if m.change_hi_pct is None else _words(m.change_hi_pct)
+        interval = f"95% {_words(m.change_lo_pct)} to {hi}"  # alpha 0.025 per stage
+        row = (
+            f'{TPUT} *</td><td class="num">{m.baseline_median:,.2f}</td>'
+            f'<td class="num">{m.candidate_median:,.2f}</td>'
+            f'<td class="num">{_words(m.change_pct)}</td><td class="num">{interval}</td>'
+            f'<td class="num">5.0%</td><td>{m.verdict}</td>'
+        )
+        assert row in page, row
+    assert -25 < verdict.stage("busy").verdict.metric(TPUT).change_pct < -15  # type: ignore[operator]
+    assert any(r.startswith("stage busy: ") for r in verdict.reasons)
+    for r in verdict.stage("busy").verdict.reasons:
+        assert r in text
+    # The verdict history names every stage's verdict under the overall one.
+    assert "FAIL single: PASS busy: FAIL" in text
+
+    md = report.render_markdown(rep)
+    busy = verdict.stage("busy").verdict.metric(TPUT)
+    assert f"| busy | concurrency 2 | **FAIL** | 0.0250 | {TPUT} \\* |" in md
+    assert f"| {_words(busy.change_pct)} |" in md
+    assert "**FAIL**<br>single: PASS<br>busy: FAIL" in md
+
+
+def staged_ab_ledger(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A staged A/B recorded as benchgate_speculative_ab records one: ngram-k3 helps at
+    single (+40%) and hurts at busy (-25%), so off serves."""
+    db = tmp_path / "ledger.sqlite"
+    levels = {"off": {"single": 100.0, "busy": 400.0}, "ngram-k3": {"single": 140.0, "busy": 300.0}}
+    arms = [ab.Arm("off", {}), ab.Arm("ngram-k3", {"method": "ngram", "num_speculative_tokens": 3})]
+    results = {
+        name: staged_result("0.32.0", lv, seed=i) for i, (name, lv) in enumerate(levels.items())
+    }
+    for arm in arms:
+        record(
+            db,
+            tmp_path,
+            arm.name,
+            results[arm.name],
+            host="gpu-1",
+            phase=f"arm:{arm.name}",
+            speculative=arm.config,
+        )
+    choice = ab.choose_staged(arms, results)
+    data = choice.to_dict()
+    ledger.record_ab_choice(db, data, host="gpu-1", release="0.32.0")
+    assert choice.winner == "off"
+    return db, data
+
+
+def test_staged_ab_shows_every_arm_at_every_stage(tmp_path: Path) -> None:
+    db, data = staged_ab_ledger(tmp_path)
+    ngram = next(a for a in data["arms"] if a["name"] == "ngram-k3")
+    assert "slower at busy" in ngram["status"]
+    gains = {st: ngram["stages"][st]["gain_pct"] for st in ("single", "busy")}
+    assert gains["single"] > 30 and gains["busy"] < -20
+
+    rep = report.load_report(db)
+    page = report.render_html(rep)
+    text = " ".join(" ".join(parse(page).text).split())
+    assert "Staged speculative A/B" in text
+    # Stages in the order they ran (the ledger sorts the arms' stage keys: busy < single).
+    ab_at = page.index("Staged speculative A/B")
+    assert page.index("<td>single</td><td>off</td>", ab_at) < page.index(
+        "<td>busy</td><td>off</td>", ab_at
+    )
+    for st in ("single", "busy"):
+        here = ngram["stages"][st]
+        lo, hi = here["gain_lo_pct"], here["gain_hi_pct"]
+        bounds = f"{_words(lo)} to " + ("unbounded" if hi is None else _words(hi))
+        row = (
+            f'<td>ngram-k3</td><td class="num">{here["output_tokens_per_s"]:,.1f}</td>'
+            f'<td class="num">{here["ttft_ms"]:,.1f}</td>'
+            f'<td class="num">{here["tpot_ms"]:,.2f}</td><td class="num">-</td>'
+            f'<td class="num">{_words(here["gain_pct"])}</td><td class="num">{bounds}</td>'
+            f"<td>{'faster' if here['status'] == 'winner' else here['status']}</td>"
+        )
+        assert row in page, row
+        # The stage's table takes the A/B's estimate at that stage as "vs off".
+        assert (
+            f'<td>ngram-k3</td><td class="num">1</td>'
+            f'<td class="num">{here["output_tokens_per_s"]:,.1f}</td>'
+            f'<td class="num">{_words(gains[st])}'
+        ) in stage_table(page, st)
+    assert f"ngram-k3 {ngram['status']}" in text  # where it helps and where it hurts
+    md = report.render_markdown(rep)
+    assert f"|  | ngram-k3 | {ngram['stages']['single']['output_tokens_per_s']:,.1f} |" in md
+    assert f"- ngram-k3: {ngram['status']}" in md
+
+
+@needs_chromium
+def test_staged_report_renders_in_chromium(tmp_path: Path) -> None:
+    db, _ = staged_ab_ledger(tmp_path)
+    html_path = tmp_path / "staged.html"
+    html_path.write_text(report.render_html(report.load_report(db)), encoding="utf-8")
+    proc = run_chromium(tmp_path, html_path, "--dump-dom")
+    assert console_messages(proc.stderr) == []
+    dom = parse(proc.stdout)
+    assert len(dom.figures) == 3  # every stage side by side, each stage over time
+    assert all(tags.get("svg") == 1 and tags.get("path", 0) >= 5 for tags in dom.figures.values())
+    text = " ".join(" ".join(dom.text).split())
+    assert "Stage single (concurrency 1)" in text and "Staged speculative A/B" in text

@@ -10,6 +10,10 @@ What a report shows, per host:
   curve, e.g. the field report's, when one is given);
 * roofline efficiency when the results carry a ``roofline`` section ("not
   measured" otherwise);
+* staged runs (``stages:`` workloads, :mod:`benchgate.stages`) stage by
+  stage: each stage's figures from its own trials, the staged gate verdict of
+  every stage (estimate and interval as the gate recorded them) and the
+  staged A/B (every arm at every stage); unstaged runs render as before;
 * and, for all hosts, the verdict history with every reason.
 
 Where the data comes from: the ledger (:mod:`benchgate.ledger`) keeps each
@@ -40,13 +44,14 @@ One module per job: :mod:`.data` (the ledger and result files read into
 from __future__ import annotations
 
 from .aggregates import ArmRow, arm_rows, roofline_status
-from .charts import PALETTE, chart_acceptance, chart_over_time, chart_spec_ab
+from .charts import PALETTE, chart_acceptance, chart_over_time, chart_spec_ab, chart_stages
 from .data import (
     MAX_RESULT_BYTES,
     NOT_MEASURED,
     OFF,
     Report,
     RunView,
+    StageFigures,
     arm_of,
     build_report,
     index_results,
@@ -67,12 +72,14 @@ __all__ = [
     "ArmRow",
     "Report",
     "RunView",
+    "StageFigures",
     "arm_of",
     "arm_rows",
     "build_report",
     "chart_acceptance",
     "chart_over_time",
     "chart_spec_ab",
+    "chart_stages",
     "index_results",
     "load_report",
     "open_snapshot",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..numfmt import change_interval
+from ..numfmt import MISSING, change_interval, change_words, number
 from .data import NOT_MEASURED, OFF, RunView, median, num, roofline_efficiency
 
 
@@ -177,3 +177,284 @@ def roofline_status(runs: Sequence[RunView]) -> tuple[list[RunView], list[str]]:
         for why, n in sorted(reasons.items())
     ]
     return measured, lines
+
+
+# --------------------------------------------------------------------------
+# Staged runs, verdicts and A/B choices
+# --------------------------------------------------------------------------
+
+
+def stage_order(runs: Sequence[RunView]) -> list[str]:
+    """The stages of the runs, in the order they ran (first seen first)."""
+    names: list[str] = []
+    for r in runs:
+        for s in r.stages:
+            if s.name not in names:
+                names.append(s.name)
+    return names
+
+
+def stage_params(runs: Sequence[RunView], stage: str) -> dict[str, Any]:
+    """The load of a stage as the latest run that recorded it measured it ({} if none did)."""
+    for r in reversed(runs):
+        for s in r.stages:
+            if s.name == stage and s.params:
+                return dict(s.params)
+    return {}
+
+
+def stage_runs(runs: Sequence[RunView], stage: str) -> list[RunView]:
+    """The runs that measured ``stage``, each with that stage's figures only."""
+    return [v for v in (r.stage(stage) for r in runs) if v is not None]
+
+
+def is_staged_choice(choice: Mapping[str, Any]) -> bool:
+    """Whether an ``ab_choices`` entry is a staged A/B (its arms carry per-stage figures)."""
+    return any(
+        isinstance(a, Mapping) and isinstance(a.get("stages"), Mapping) and a["stages"]
+        for a in choice.get("arms") or []
+    )
+
+
+def stage_choices(choices: Sequence[Mapping[str, Any]], stage: str) -> list[dict[str, Any]]:
+    """The staged A/B choices as seen at one stage (each arm's figures there), shaped like
+    an unstaged choice, so :func:`arm_rows` takes the A/B's estimate at that stage."""
+    out = []
+    for c in choices:
+        if not is_staged_choice(c):
+            continue
+        arms = []
+        for a in c.get("arms") or []:
+            here = (a.get("stages") or {}).get(stage) if isinstance(a, Mapping) else None
+            if isinstance(here, Mapping):
+                arms.append({**here, "name": a.get("name"), "status_overall": a.get("status")})
+        out.append({**c, "arms": arms})
+    return out
+
+
+def choice_stage_order(choice: Mapping[str, Any], known: Sequence[str] = ()) -> list[str]:
+    """The stages of a staged A/B: ``known`` (the runs' order) first, then the rest.
+
+    The ledger stores each arm's stages as a JSON object with sorted keys, so the
+    order they ran in comes from the runs when the ledger has them.
+    """
+    seen: list[str] = []
+    for a in choice.get("arms") or []:
+        if isinstance(a, Mapping) and isinstance(a.get("stages"), Mapping):
+            seen += [str(k) for k in a["stages"] if str(k) not in seen]
+    return [s for s in known if s in seen] + [s for s in seen if s not in known]
+
+
+@dataclass(frozen=True)
+class StagedVerdictView:
+    """A staged gate verdict from the ledger (``benchgate.staged_verdict/1`` details)."""
+
+    record: Any  # ledger.VerdictRecord
+    alpha: float | None
+    correction: str
+    stages: list[dict[str, Any]]  # each: stage, verdict, alpha, params, reasons, metrics
+
+
+def staged_verdict(record: Any) -> StagedVerdictView | None:
+    """The per-stage verdicts a ledger verdict recorded; ``None`` for an unstaged verdict."""
+    details = record.details if isinstance(record.details, Mapping) else {}
+    stages = details.get("stages")
+    if not isinstance(stages, list) or not stages:
+        return None
+    entries = [dict(s) for s in stages if isinstance(s, Mapping) and s.get("stage") is not None]
+    if not entries:
+        return None
+    return StagedVerdictView(
+        record=record,
+        alpha=num(details.get("alpha")),
+        correction=str(details.get("correction") or ""),
+        stages=entries,
+    )
+
+
+def stage_reasons(view: StagedVerdictView) -> list[tuple[str, str, str]]:
+    """(stage, its verdict, one reason) for every reason every stage gave."""
+    return [
+        (str(s["stage"]), str(s.get("verdict") or MISSING), str(r))
+        for s in view.stages
+        for r in s.get("reasons") or []
+    ]
+
+
+def correction_text(view: StagedVerdictView) -> str:
+    """How the gate split its alpha over the stages, in words."""
+    n = len(view.stages)
+    if view.alpha is None:
+        return f"{n} stage(s), every one must pass"
+    if view.correction == "bonferroni":
+        return f"alpha {view.alpha:g} split over {n} stages (Bonferroni); every stage must pass"
+    return f"every stage at alpha {view.alpha:g} (no correction); every stage must pass"
+
+
+def load_text(params: Mapping[str, Any] | None) -> str:
+    """A stage's load in words (``benchgate.stages.load_words``), "" when not recorded."""
+    from ..stages import load_words
+
+    return load_words(params or {}) if params and "concurrency" in params else ""
+
+
+def interval_text(lo: Any, hi: Any, higher_is_better: bool = True) -> str:
+    """The gate's (or the A/B's) interval on the change, in words, worst end first
+    (``15.0% worse to 6.0% worse``), as its own tables write it; "-" when open."""
+    a, b = num(lo), num(hi)
+    if a is None and b is None:
+        return "-"
+    low = "unbounded" if a is None else change_words(a, higher_is_better)
+    high = "unbounded" if b is None else change_words(b, higher_is_better)
+    return f"{low} to {high}" if higher_is_better else f"{high} to {low}"
+
+
+@dataclass(frozen=True)
+class StageMetricRow:
+    """One metric of one stage of a staged verdict, its figures as text."""
+
+    stage: str
+    first: bool  # the stage's first row (stage, load and verdict go there)
+    load: str
+    stage_verdict: str
+    alpha: str
+    metric: str
+    critical: bool
+    baseline: str
+    candidate: str
+    change: str
+    interval: str
+    limit: str
+    verdict: str
+
+
+def staged_verdict_rows(view: StagedVerdictView) -> list[StageMetricRow]:
+    """Every stage of a staged verdict, one row per judged metric (one row if none was):
+    the medians, the estimate of the change and the interval the gate recorded."""
+    rows = []
+    for s in view.stages:
+        alpha = num(s.get("alpha"))
+        level = f"{100 * (1 - 2 * alpha):.4g}% " if alpha is not None else ""
+        metrics = [m for m in s.get("metrics") or [] if isinstance(m, Mapping)] or [{}]
+        for j, m in enumerate(metrics):
+            higher = m.get("direction", "higher") != "lower"
+            rows.append(
+                StageMetricRow(
+                    stage=str(s["stage"]),
+                    first=j == 0,
+                    load=load_text(s.get("params")),
+                    stage_verdict=str(s.get("verdict") or MISSING),
+                    alpha=number(alpha, 4),
+                    metric=str(m.get("metric", MISSING)),
+                    critical=bool(m.get("critical")),
+                    baseline=number(num(m.get("baseline_median")), 2),
+                    candidate=number(num(m.get("candidate_median")), 2),
+                    change=change_words(num(m.get("change_pct")), higher),
+                    interval=(
+                        level
+                        + interval_text(m.get("change_lo_pct"), m.get("change_hi_pct"), higher)
+                        if m
+                        else MISSING
+                    ),
+                    limit=number(num(m.get("max_regression_pct")), 1, "%"),
+                    verdict=str(m.get("verdict", MISSING)),
+                )
+            )
+    return rows
+
+
+# A stage's own comparison names its best arm "winner"; the staged A/B's table
+# (``ab.render_staged_table``) calls that "faster": the winner is the rule's, over all stages.
+_STAGE_STATUS = {"winner": "faster", "beaten": "faster"}
+
+
+@dataclass(frozen=True)
+class StagedArmRow:
+    """One arm at one stage of a staged A/B, its figures as text."""
+
+    stage: str
+    first: bool  # the stage's first row
+    arm: str
+    throughput: str
+    ttft_ms: str
+    tpot_ms: str
+    acceptance: str
+    vs_off: str
+    bounds: str
+    here: str  # the arm's outcome at this stage
+
+
+def staged_ab_rows(choice: Mapping[str, Any], known: Sequence[str] = ()) -> list[StagedArmRow]:
+    """Every arm of a staged A/B at every stage (``choice_stage_order``), as the A/B's
+    own table (``ab.render_staged_table``) shows them."""
+    rows = []
+    arms = [a for a in choice.get("arms") or [] if isinstance(a, Mapping)]
+    for stage in choice_stage_order(choice, known):
+        first = True
+        for a in arms:
+            here = (a.get("stages") or {}).get(stage)
+            if not isinstance(here, Mapping):
+                continue
+            acc = num(here.get("acceptance_rate"))
+            status = str(here.get("status") or "")
+            if a.get("name") == OFF and status != "failed":
+                status = "reference"
+            status = _STAGE_STATUS.get(status, status)
+            rows.append(
+                StagedArmRow(
+                    stage=stage,
+                    first=first,
+                    arm=str(a.get("name")),
+                    throughput=number(num(here.get("output_tokens_per_s"))),
+                    ttft_ms=number(num(here.get("ttft_ms")), 1),
+                    tpot_ms=number(num(here.get("tpot_ms")), 2),
+                    acceptance=number(None if acc is None else 100 * acc, 1, "%"),
+                    vs_off=change_words(num(here.get("gain_pct"))),
+                    bounds=(
+                        interval_text(here.get("gain_lo_pct"), here.get("gain_hi_pct"))
+                        if here.get("gain_pct") is not None
+                        else MISSING
+                    ),
+                    here=status or MISSING,
+                )
+            )
+            first = False
+    return rows
+
+
+STAGED_VERDICT_HEADERS = (
+    "stage",
+    "load",
+    "stage verdict",
+    "alpha",
+    "metric",
+    "baseline",
+    "candidate",
+    "change",
+    "interval",
+    "limit",
+    "metric verdict",
+)
+STAGED_VERDICT_NOTE = (
+    "baseline, candidate: the trials' medians at that stage; change: the gate's "
+    "Hodges-Lehmann estimate; interval: its two-sided interval at the stage's alpha (each "
+    "bound one-sided at alpha); * critical. The host passes only when every stage passes; "
+    "each stage's reasons follow its table."
+)
+STAGED_AB_HEADERS = (
+    "stage",
+    "arm",
+    "tokens/s",
+    "TTFT ms",
+    "TPOT ms",
+    "acceptance",
+    "vs off",
+    "bounds",
+    "here",
+)
+STAGED_AB_NOTE = (
+    'Every arm against plain decoding ("off") at every stage: vs off is the A/B\'s estimate '
+    "of the change in the objective there, bounds its one-sided bounds, here the arm's "
+    'outcome at that stage; "over the stages" is where the arm helps and where it hurts, as '
+    "the rule judged it."
+)

@@ -68,7 +68,9 @@ def _rc() -> Any:
     )
 
 
-def chart_over_time(runs: Sequence[RunView], salt: str) -> str | None:
+def chart_over_time(
+    runs: Sequence[RunView], salt: str, title: str = "runs over time (dots: single trials)"
+) -> str | None:
     """Throughput, TTFT and TPOT of each run over time; one series per release and arm."""
     timed = [r for r in runs if r.when is not None]
     if not timed:
@@ -115,7 +117,7 @@ def chart_over_time(runs: Sequence[RunView], salt: str) -> str | None:
         for ax, (ylabel, _) in zip(axes, panels):
             ax.set_ylabel(ylabel)
         axes[0].legend(loc="best", fontsize=8)
-        axes[0].set_title("runs over time (dots: single trials)")
+        axes[0].set_title(_mpl_text(title))
         locator = mdates.AutoDateLocator()
         axes[-1].xaxis.set_major_locator(locator)
         axes[-1].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
@@ -178,5 +180,56 @@ def chart_acceptance(
         ax.set_ylim(0, 105)
         ax.set_title("per-position acceptance")
         ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        return _svg(fig, salt)
+
+
+def chart_stages(
+    stages: Sequence[tuple[str, Sequence[ArmRow]]], salt: str, loads: Sequence[str] = ()
+) -> str | None:
+    """Every stage side by side: tokens/s, TTFT and TPOT medians (one panel each), the
+    stages on the x axis in the order they ran, one series per release and arm."""
+    keys = sorted(
+        {(r.release, r.arm) for _, rows in stages for r in rows},
+        key=lambda k: (release_key(k[0]), arm_key(k[1])),
+    )
+    if not keys or not any(r.throughput is not None for _, rows in stages for r in rows):
+        return None
+    ticks = [
+        _mpl_text(name + (f"\n{loads[i]}" if i < len(loads) and loads[i] else ""))
+        for i, (name, _) in enumerate(stages)
+    ]
+    with _rc():
+        fig = _figure(max(5.5, 1.8 * len(stages) + 3.0), 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        panels = (
+            ("output tokens/s", lambda r: r.throughput),
+            ("TTFT median, ms", lambda r: r.ttft_ms),
+            ("TPOT median, ms", lambda r: r.tpot_ms),
+        )
+        for i, key in enumerate(keys):
+            color = PALETTE[i % len(PALETTE)]
+            label = _mpl_text(f"{key[0]} · spec {key[1]}")
+            for ax, (_, get) in zip(axes, panels):
+                pts = [
+                    (x, get(row))
+                    for x, (_, rows) in enumerate(stages)
+                    for row in rows
+                    if (row.release, row.arm) == key and get(row) is not None
+                ]
+                if pts:
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        linestyle="-",
+                        color=color,
+                        label=label if ax is axes[0] else None,
+                    )
+        for ax, (ylabel, _) in zip(axes, panels):
+            ax.set_ylabel(ylabel)
+        axes[-1].set_xticks(range(len(stages)), ticks)
+        axes[0].legend(loc="best", fontsize=8)
+        axes[0].set_title("every stage: medians over the runs, per release and arm")
         fig.tight_layout()
         return _svg(fig, salt)

@@ -12,7 +12,7 @@ import math
 import sqlite3
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,20 @@ NOT_MEASURED = "not measured"
 
 #: Runs whose result has this many bytes or more are not read for enrichment.
 MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """One stage of a staged run: its load and its figures, from that stage's trials only."""
+
+    name: str
+    params: dict[str, Any]  # the stage's workload params (its load), {} when not recorded
+    valid_trials: int
+    throughput: float | None  # median output tokens/s over the stage's valid trials
+    throughput_samples: list[float]
+    ttft_ms: float | None
+    tpot_ms: float | None
+    acceptance_rate: float | None
 
 
 @dataclass(frozen=True)
@@ -48,10 +62,31 @@ class RunView:
     per_position: list[float] | None  # per-position acceptance, fractions
     roofline: dict[str, Any] | None
     result_source: str | None  # where the whole result was found, if it was
+    # A staged run: every stage's figures, in the order they ran (empty: unstaged). The
+    # run's own throughput, TTFT and TPOT then pool all stages' trials.
+    stages: tuple[StageFigures, ...] = ()
 
     @property
     def when(self) -> datetime | None:
         return parse_time(self.recorded_at)
+
+    def stage(self, name: str) -> RunView | None:
+        """This run as seen at one stage (its figures; no acceptance curve or roofline),
+        ``None`` when the run did not measure that stage."""
+        for s in self.stages:
+            if s.name == name:
+                return replace(
+                    self,
+                    throughput=s.throughput,
+                    throughput_samples=list(s.throughput_samples),
+                    ttft_ms=s.ttft_ms,
+                    tpot_ms=s.tpot_ms,
+                    acceptance_rate=s.acceptance_rate,
+                    per_position=None,
+                    roofline=None,
+                    stages=(),
+                )
+        return None
 
 
 @dataclass
@@ -251,6 +286,60 @@ def _trial_values(trials: Sequence[Mapping[str, Any]], path: str) -> list[float]
     return out
 
 
+def _figures(
+    summary: Any, trials: Sequence[Mapping[str, Any]]
+) -> tuple[float | None, list[float], float | None, float | None, float | None]:
+    """Median tokens/s, its samples, TTFT, TPOT and acceptance rate: the summary's
+    medians where it has them, else the valid trials'."""
+    samples = _trial_values(trials, "output_tokens_per_s")
+    tput = _summary_median(summary, "output_tokens_per_s")
+    if tput is None:
+        tput = median(samples)
+    if not samples and isinstance(_get(summary, "metrics.output_tokens_per_s.samples"), list):
+        samples = [
+            v
+            for v in (num(x) for x in summary["metrics"]["output_tokens_per_s"]["samples"])
+            if v is not None
+        ]
+    ttft = _summary_median(summary, "ttft_ms.median")
+    if ttft is None:
+        ttft = median(_trial_values(trials, "ttft_ms.median"))
+    tpot = _summary_median(summary, "tpot_ms.median")
+    if tpot is None:
+        tpot = median(_trial_values(trials, "tpot_ms.median"))
+    acc = _summary_median(summary, "spec.acceptance_rate")
+    return tput, samples, ttft, tpot, acc
+
+
+def _stage_figures(run: ledger.RunRecord) -> tuple[StageFigures, ...]:
+    """Every stage of a staged run (the ledger's ``stages_json`` and the trials' stage),
+    in the order they ran; () for an unstaged run."""
+    blocks = [b for b in (getattr(run, "stages", None) or []) if isinstance(b, Mapping)]
+    names: list[str] = [str(b["name"]) for b in blocks if isinstance(b.get("name"), str)]
+    for t in run.trials:
+        if isinstance(t.get("stage"), str) and t["stage"] not in names:
+            names.append(t["stage"])
+    out = []
+    for name in names:
+        block = next((b for b in blocks if b.get("name") == name), {})
+        trials = [t for t in run.trials if t.get("stage") == name]
+        tput, samples, ttft, tpot, acc = _figures(block.get("summary"), trials)
+        params = block.get("params")
+        out.append(
+            StageFigures(
+                name=name,
+                params=dict(params) if isinstance(params, Mapping) else {},
+                valid_trials=sum(1 for t in trials if t.get("valid")),
+                throughput=tput,
+                throughput_samples=samples,
+                ttft_ms=ttft,
+                tpot_ms=tpot,
+                acceptance_rate=acc,
+            )
+        )
+    return tuple(out)
+
+
 def _run_view(
     run: ledger.RunRecord, extra: Mapping[str, Any], result: Any, source: str | None
 ) -> RunView:
@@ -277,25 +366,8 @@ def _run_view(
     roofline = column_json("roofline_json")
     if not isinstance(roofline, Mapping):
         roofline = _find_roofline(*docs, {"summary": run.summary})
-    summary = run.summary
-    samples = _trial_values(run.trials, "output_tokens_per_s")
-    tput = _summary_median(summary, "output_tokens_per_s")
-    if tput is None:
-        tput = median(samples)
-    if not samples and isinstance(_get(summary, "metrics.output_tokens_per_s.samples"), list):
-        samples = [
-            v
-            for v in (num(x) for x in summary["metrics"]["output_tokens_per_s"]["samples"])
-            if v is not None
-        ]
-    ttft = _summary_median(summary, "ttft_ms.median")
-    if ttft is None:
-        ttft = median(_trial_values(run.trials, "ttft_ms.median"))
-    tpot = _summary_median(summary, "tpot_ms.median")
-    if tpot is None:
-        tpot = median(_trial_values(run.trials, "tpot_ms.median"))
+    tput, samples, ttft, tpot, acc = _figures(run.summary, run.trials)
     per_pos = _per_position(result, run.trials)
-    acc = _summary_median(summary, "spec.acceptance_rate")
     return RunView(
         id=run.id,
         recorded_at=run.recorded_at,
@@ -315,6 +387,7 @@ def _run_view(
         per_position=per_pos,
         roofline=dict(roofline) if isinstance(roofline, Mapping) else None,
         result_source=source,
+        stages=_stage_figures(run),
     )
 
 

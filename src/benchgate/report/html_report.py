@@ -11,15 +11,31 @@ from typing import Any
 from .. import ledger
 from ..numfmt import MISSING, number
 from .aggregates import (
+    STAGED_AB_HEADERS,
+    STAGED_AB_NOTE,
+    STAGED_VERDICT_HEADERS,
+    STAGED_VERDICT_NOTE,
+    ArmRow,
     arm_rows,
+    correction_text,
+    is_staged_choice,
+    load_text,
     roofline_status,
     roofline_text,
     short_time,
     spec_text,
+    stage_choices,
+    stage_order,
+    stage_params,
+    stage_reasons,
+    stage_runs,
+    staged_ab_rows,
+    staged_verdict,
+    staged_verdict_rows,
     vs_off_text,
 )
-from .charts import chart_acceptance, chart_over_time, chart_spec_ab
-from .data import NOT_MEASURED, OFF, Report, roofline_efficiency
+from .charts import chart_acceptance, chart_over_time, chart_spec_ab, chart_stages
+from .data import NOT_MEASURED, OFF, Report, RunView, roofline_efficiency
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto;
@@ -72,6 +88,194 @@ def _chart(svg: str | None, chart_id: str, caption: str) -> str:
     )
 
 
+def _verdict_span(verdict: str) -> str:
+    return f'<span class="verdict verdict-{_e(verdict)}">{_e(verdict)}</span>'
+
+
+def _arm_table(rows: Sequence[ArmRow]) -> str:
+    return _table(
+        [
+            "release",
+            "speculative",
+            "runs",
+            "tokens/s",
+            "vs off",
+            "TTFT ms",
+            "TPOT ms",
+            "acceptance",
+        ],
+        [
+            [
+                (_e(r.release), False),
+                (_e(r.arm), False),
+                (str(r.runs), True),
+                (_e(number(r.throughput)), True),
+                (_e(vs_off_text(r)), True),
+                (_e(number(r.ttft_ms, 1)), True),
+                (_e(number(r.tpot_ms, 2)), True),
+                (
+                    _e(
+                        number(
+                            None if r.acceptance_rate is None else 100 * r.acceptance_rate,
+                            1,
+                            "%",
+                        )
+                    ),
+                    True,
+                ),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _stage_title(name: str, params: Mapping[str, Any] | None) -> str:
+    load = load_text(params)
+    return f"{name} ({load})" if load else name
+
+
+def _stages_html(
+    runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]], aid: str, host: str
+) -> str:
+    """Every stage of the host's staged runs: a table and a chart per stage, and all side
+    by side."""
+    names = stage_order(runs)
+    per_stage = [
+        (name, arm_rows(stage_runs(runs, name), stage_choices(choices, name))) for name in names
+    ]
+    out = [
+        "<h3>Stages</h3>",
+        f'<p class="note">{len(runs)} staged run(s); stages in the order they ran: '
+        + ", ".join(_e(_stage_title(n, stage_params(runs, n))) for n in names)
+        + '. Each stage\'s figures come from its own trials only; "vs off" is the staged '
+        "A/B's estimate at that stage where the ledger has it, else the ratio of the "
+        "medians.</p>",
+        _chart(
+            chart_stages(
+                per_stage,
+                aid + "-stages",
+                [load_text(stage_params(runs, n)) for n in names],
+            ),
+            aid + "-stages",
+            f"{host}: tokens/s, TTFT and TPOT medians at every stage",
+        ),
+    ]
+    for i, (name, rows) in enumerate(per_stage):
+        sid = f"{aid}-stage{i}"
+        out.append(
+            f'<h4 id="{_e(sid)}" data-stage="{_e(name)}">Stage '
+            f"{_e(_stage_title(name, stage_params(runs, name)))}</h4>"
+        )
+        out.append(_arm_table(rows))
+        out.append(
+            _chart(
+                chart_over_time(
+                    stage_runs(runs, name),
+                    sid + "-time",
+                    f"stage {name}: runs over time (dots: single trials)",
+                ),
+                sid + "-time",
+                f"{host}, stage {name}: output tokens/s, TTFT and TPOT medians per run",
+            )
+        )
+    return "".join(out)
+
+
+def _staged_verdicts_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
+    """Each staged gate verdict: every stage's verdict, and per metric the estimate and
+    interval the gate recorded."""
+    views = [sv for sv in (staged_verdict(v) for v in verdicts) if sv is not None]
+    if not views:
+        return ""
+    out = ["<h3>Staged gate verdicts</h3>"]
+    for sv in views:
+        v = sv.record
+        out.append(
+            f'<p class="staged-verdict">{_e(short_time(v.recorded_at))} UTC, '
+            f"{_e(v.baseline_release or MISSING)} → {_e(v.release or MISSING)}"
+            f"{', ' + _e(v.phase) if v.phase else ''}: {_verdict_span(v.verdict)} "
+            f'<span class="note">({_e(correction_text(sv))})</span></p>'
+        )
+        rows = []
+        for r in staged_verdict_rows(sv):
+            rows.append(
+                [
+                    (_e(r.stage) if r.first else "", False),
+                    (_e(r.load) if r.first else "", False),
+                    (_verdict_span(r.stage_verdict) if r.first else "", False),
+                    (_e(r.alpha) if r.first else "", True),
+                    (_e(r.metric) + (" *" if r.critical else ""), False),
+                    (_e(r.baseline), True),
+                    (_e(r.candidate), True),
+                    (_e(r.change), True),
+                    (_e(r.interval), True),
+                    (_e(r.limit), True),
+                    (_e(r.verdict), False),
+                ]
+            )
+        out.append(_table(STAGED_VERDICT_HEADERS, rows))
+        reasons = "".join(
+            f"<li>stage {_e(stage)} ({_e(verdict)}): {_e(reason)}</li>"
+            for stage, verdict, reason in stage_reasons(sv)
+        )
+        if reasons:
+            out.append(f'<ul class="reasons">{reasons}</ul>')
+    out.append(f'<p class="note">{_e(STAGED_VERDICT_NOTE)}</p>')
+    return "".join(out)
+
+
+def _staged_ab_html(choices: Sequence[Mapping[str, Any]], known: Sequence[str]) -> str:
+    """Each staged A/B: every arm at every stage, and where it helps and hurts."""
+    staged = [c for c in choices if is_staged_choice(c)]
+    if not staged:
+        return ""
+    out = ["<h3>Staged speculative A/B</h3>"]
+    for c in reversed(staged):
+        out.append(
+            f'<p class="staged-ab">{_e(short_time(str(c.get("recorded_at", ""))))} UTC, release '
+            f"{_e(c.get('release') or MISSING)}, {_e(c.get('objective') or MISSING)}: chosen "
+            f"<b>{_e(c.get('winner') or 'none')}</b> — {_e(c.get('reason') or '')}</p>"
+        )
+        out.append(
+            _table(
+                STAGED_AB_HEADERS,
+                [
+                    [
+                        (_e(r.stage) if r.first else "", False),
+                        (_e(r.arm), False),
+                        (_e(r.throughput), True),
+                        (_e(r.ttft_ms), True),
+                        (_e(r.tpot_ms), True),
+                        (_e(r.acceptance), True),
+                        (_e(r.vs_off), True),
+                        (_e(r.bounds), True),
+                        (_e(r.here), False),
+                    ]
+                    for r in staged_ab_rows(c, known)
+                ],
+            )
+        )
+        out.append(
+            _table(
+                ["arm", "over the stages"],
+                [
+                    [(_e(a.get("name")), False), (_e(a.get("status") or MISSING), False)]
+                    for a in c.get("arms") or []
+                    if isinstance(a, Mapping)
+                ],
+            )
+        )
+    out.append(f'<p class="note">{_e(STAGED_AB_NOTE)}</p>')
+    return "".join(out)
+
+
+def _run_figure(run: RunView, name: str, digits: int) -> str:
+    """A run's figure; a staged run's per stage, one line each."""
+    if not run.stages:
+        return _e(number(getattr(run, name), digits))
+    return "<br>".join(f"{_e(s.name)}: {_e(number(getattr(s, name), digits))}" for s in run.stages)
+
+
 def _verdict_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
     if not verdicts:
         return '<p class="note">No verdicts recorded.</p>'
@@ -79,13 +283,22 @@ def _verdict_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
     for v in verdicts:
         reasons = "".join(f"<li>{_e(r)}</li>" for r in v.reasons) or "<li>(none given)</li>"
         runs = " → ".join(_e(x) for x in (v.baseline_run_id, v.candidate_run_id) if x is not None)
+        staged = staged_verdict(v)
+        per_stage = (
+            "".join(
+                f"<br>{_e(s['stage'])}: {_verdict_span(str(s.get('verdict') or MISSING))}"
+                for s in staged.stages
+            )
+            if staged
+            else ""
+        )
         rows.append(
             [
                 (_e(short_time(v.recorded_at)), False),
                 (_e(v.host), False),
                 (_e(v.baseline_release or MISSING) + " → " + _e(v.release or MISSING), False),
                 (_e(v.phase or MISSING), False),
-                (f'<span class="verdict verdict-{_e(v.verdict)}">{_e(v.verdict)}</span>', False),
+                (_verdict_span(v.verdict) + per_stage, False),
                 (f'<ul class="reasons">{reasons}</ul>', False),
                 (runs or MISSING, False),
             ]
@@ -122,7 +335,13 @@ def _host_html(report: Report, host: str) -> str:
     choices = [c for c in report.ab_choices if c.get("host") == host]
     if not runs:
         out.append('<p class="note">No runs recorded for this host.</p>')
-        return "".join(out) + _choices_html(choices) + "</section>"
+        return (
+            "".join(out)
+            + _choices_html(choices)
+            + _staged_ab_html(choices, [])
+            + _staged_verdicts_html([v for v in report.verdicts if v.host == host])
+            + "</section>"
+        )
     models = sorted({r.model for r in runs if r.model})
     workloads = sorted({r.workload for r in runs if r.workload})
     hw = next((r.hardware for r in reversed(runs) if r.hardware), None)
@@ -139,83 +358,62 @@ def _host_html(report: Report, host: str) -> str:
         facts.append(f"hardware <code>{_e(hw_text[:200])}</code>")
     out.append(f'<p class="note">{"; ".join(facts)}.</p>')
 
-    rows = arm_rows(runs, choices)
-    out.append("<h3>Per release and speculative arm</h3>")
-    out.append(
-        _table(
-            [
-                "release",
-                "speculative",
-                "runs",
-                "tokens/s",
-                "vs off",
-                "TTFT ms",
-                "TPOT ms",
-                "acceptance",
-            ],
-            [
-                [
-                    (_e(r.release), False),
-                    (_e(r.arm), False),
-                    (str(r.runs), True),
-                    (_e(number(r.throughput)), True),
-                    (_e(vs_off_text(r)), True),
-                    (_e(number(r.ttft_ms, 1)), True),
-                    (_e(number(r.tpot_ms, 2)), True),
-                    (
-                        _e(
-                            number(
-                                None if r.acceptance_rate is None else 100 * r.acceptance_rate,
-                                1,
-                                "%",
-                            )
-                        ),
-                        True,
-                    ),
-                ]
-                for r in rows
-            ],
-        )
-    )
-    out.append(
-        '<p class="note">Medians over the runs of each group; "vs off" is the A/B\'s own '
-        'estimate of the change in tokens/s against the same release\'s "off" arm, better or '
-        "worse, with its interval (as in its table), or, without a recorded A/B, the ratio of "
-        "the medians. A run counts as "
-        '"off" unless the ledger or '
-        "its result records a speculative configuration, or its phase is an arm label such as "
-        "<code>arm:ngram-k3</code>.</p>"
-    )
-
-    out.append("<h3>Throughput and latency over time</h3>")
-    out.append(
-        _chart(
-            chart_over_time(runs, aid + "-time"),
-            aid + "-time",
-            f"{host}: output tokens/s, TTFT and TPOT medians per run",
-        )
-    )
-
-    out.append("<h3>Speculative decoding on vs off</h3>")
-    arms = {r.arm for r in runs}
-    if arms == {OFF}:
+    staged = [r for r in runs if r.stages]
+    flat = [r for r in runs if not r.stages]
+    if flat:
+        rows = arm_rows(flat, choices)
+        out.append("<h3>Per release and speculative arm</h3>")
+        out.append(_arm_table(rows))
         out.append(
-            '<p class="note">Every run of this host had speculative decoding off '
-            "(no A/B runs recorded).</p>"
+            '<p class="note">Medians over the runs of each group; "vs off" is the A/B\'s own '
+            'estimate of the change in tokens/s against the same release\'s "off" arm, better or '
+            "worse, with its interval (as in its table), or, without a recorded A/B, the ratio of "
+            "the medians. A run counts as "
+            '"off" unless the ledger or '
+            "its result records a speculative configuration, or its phase is an arm label such as "
+            "<code>arm:ngram-k3</code>.</p>"
         )
-    out.append(
-        _chart(
-            chart_spec_ab(rows, aid + "-specab"),
-            aid + "-specab",
-            f"{host}: median output tokens/s per release and speculative arm",
+
+        out.append("<h3>Throughput and latency over time</h3>")
+        out.append(
+            _chart(
+                chart_over_time(flat, aid + "-time"),
+                aid + "-time",
+                f"{host}: output tokens/s, TTFT and TPOT medians per run",
+            )
         )
-    )
+
+        out.append("<h3>Speculative decoding on vs off</h3>")
+        arms = {r.arm for r in flat}
+        if arms == {OFF}:
+            out.append(
+                '<p class="note">Every run of this host had speculative decoding off '
+                "(no A/B runs recorded).</p>"
+            )
+        out.append(
+            _chart(
+                chart_spec_ab(rows, aid + "-specab"),
+                aid + "-specab",
+                f"{host}: median output tokens/s per release and speculative arm",
+            )
+        )
+    else:
+        out.append(
+            '<p class="note">Every run of this host is staged: its figures are shown per '
+            "stage below.</p>"
+        )
+    if staged:
+        out.append(_stages_html(staged, choices, aid, host))
 
     out.append(_choices_html(choices))
+    out.append(_staged_ab_html(choices, stage_order(staged)))
 
     out.append("<h3>Per-position acceptance</h3>")
+    # Every run's curve (a staged run's over all its stages' trials).
     curves: list[tuple[str, Sequence[float]]] = [
-        (f"{r.release} · {r.arm}", r.per_position) for r in rows if r.per_position
+        (f"{r.release} · {r.arm}", r.per_position)
+        for r in arm_rows(runs, choices)
+        if r.per_position
     ]
     if curves:
         pp_rows = [
@@ -269,6 +467,8 @@ def _host_html(report: Report, host: str) -> str:
     for line in unmeasured if measured or any("(" in x for x in unmeasured) else []:
         out.append(f'<p class="note">{_e(line)}.</p>')
 
+    out.append(_staged_verdicts_html([v for v in report.verdicts if v.host == host]))
+
     out.append("<h3>Runs</h3>")
     out.append(
         _table(
@@ -298,9 +498,9 @@ def _host_html(report: Report, host: str) -> str:
                         ),
                         False,
                     ),
-                    (_e(number(r.throughput)), True),
-                    (_e(number(r.ttft_ms, 1)), True),
-                    (_e(number(r.tpot_ms, 2)), True),
+                    (_run_figure(r, "throughput", 1), True),
+                    (_run_figure(r, "ttft_ms", 1), True),
+                    (_run_figure(r, "tpot_ms", 2), True),
                     (f"<code>{_e(r.result_source)}</code>" if r.result_source else MISSING, False),
                 ]
                 for r in reversed(runs)

@@ -8,8 +8,29 @@ from typing import Any
 
 from .. import ledger
 from ..numfmt import MISSING, number
-from .aggregates import arm_rows, roofline_status, short_time, vs_off_text
-from .data import NOT_MEASURED, Report, roofline_efficiency
+from .aggregates import (
+    STAGED_AB_HEADERS,
+    STAGED_AB_NOTE,
+    STAGED_VERDICT_HEADERS,
+    STAGED_VERDICT_NOTE,
+    ArmRow,
+    arm_rows,
+    correction_text,
+    is_staged_choice,
+    load_text,
+    roofline_status,
+    short_time,
+    stage_choices,
+    stage_order,
+    stage_params,
+    stage_reasons,
+    stage_runs,
+    staged_ab_rows,
+    staged_verdict,
+    staged_verdict_rows,
+    vs_off_text,
+)
+from .data import NOT_MEASURED, Report, RunView, roofline_efficiency
 
 
 def _md(value: Any) -> str:
@@ -25,6 +46,123 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def _arm_table(rows: Sequence[ArmRow]) -> list[str]:
+    return _md_table(
+        ["release", "speculative", "runs", "tokens/s", "vs off", "TTFT ms", "TPOT ms"],
+        [
+            [
+                _md(r.release),
+                _md(r.arm),
+                str(r.runs),
+                number(r.throughput),
+                vs_off_text(r),
+                number(r.ttft_ms, 1),
+                number(r.tpot_ms, 2),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _stage_title(name: str, params: Any) -> str:
+    load = load_text(params)
+    return f"{name} ({load})" if load else name
+
+
+def _stages_md(runs: Sequence[RunView], choices: Sequence[Any]) -> list[str]:
+    """One table per stage of the staged runs (each stage's own trials)."""
+    lines = []
+    for name in stage_order(runs):
+        lines += [f"Stage **{_md(_stage_title(name, stage_params(runs, name)))}**:", ""]
+        lines += _arm_table(arm_rows(stage_runs(runs, name), stage_choices(choices, name)))
+        lines.append("")
+    return lines
+
+
+def _staged_ab_md(choices: Sequence[Any], known: Sequence[str]) -> list[str]:
+    lines: list[str] = []
+    for c in reversed([c for c in choices if is_staged_choice(c)]):
+        lines += [
+            f"Staged speculative A/B ({_md(c.get('release') or MISSING)}, "
+            f"{_md(short_time(str(c.get('recorded_at', ''))))} UTC): chosen "
+            f"**{_md(c.get('winner') or 'none')}** — {_md(c.get('reason') or '')}",
+            "",
+        ]
+        lines += _md_table(
+            list(STAGED_AB_HEADERS),
+            [
+                [
+                    _md(r.stage) if r.first else "",
+                    _md(r.arm),
+                    r.throughput,
+                    r.ttft_ms,
+                    r.tpot_ms,
+                    r.acceptance,
+                    r.vs_off,
+                    _md(r.bounds),
+                    _md(r.here),
+                ]
+                for r in staged_ab_rows(c, known)
+            ],
+        )
+        lines.append("")
+        lines += [
+            f"- {_md(a.get('name'))}: {_md(a.get('status') or MISSING)}"
+            for a in c.get("arms") or []
+            if isinstance(a, dict)
+        ]
+        lines += ["", _md(STAGED_AB_NOTE), ""]
+    return lines
+
+
+def _staged_verdicts_md(verdicts: Sequence[ledger.VerdictRecord]) -> list[str]:
+    lines: list[str] = []
+    for v in verdicts:
+        sv = staged_verdict(v)
+        if sv is None:
+            continue
+        lines += [
+            f"Staged gate verdict ({_md(v.baseline_release or MISSING)} → "
+            f"{_md(v.release or MISSING)}, {_md(short_time(v.recorded_at))} UTC): "
+            f"**{_md(v.verdict)}** ({_md(correction_text(sv))})",
+            "",
+        ]
+        lines += _md_table(
+            list(STAGED_VERDICT_HEADERS),
+            [
+                [
+                    _md(r.stage) if r.first else "",
+                    _md(r.load) if r.first else "",
+                    f"**{_md(r.stage_verdict)}**" if r.first else "",
+                    r.alpha if r.first else "",
+                    _md(r.metric) + (" \\*" if r.critical else ""),
+                    r.baseline,
+                    r.candidate,
+                    r.change,
+                    _md(r.interval),
+                    r.limit,
+                    _md(r.verdict),
+                ]
+                for r in staged_verdict_rows(sv)
+            ],
+        )
+        lines.append("")
+        lines += [
+            f"- stage {_md(stage)} ({_md(verdict)}): {_md(reason)}"
+            for stage, verdict, reason in stage_reasons(sv)
+        ]
+        lines += ["", _md(STAGED_VERDICT_NOTE), ""]
+    return lines
+
+
+def _stage_verdicts_md(v: ledger.VerdictRecord) -> str:
+    """A staged verdict's stages, for its verdict-history cell ("" when unstaged)."""
+    sv = staged_verdict(v)
+    if sv is None:
+        return ""
+    return "".join(f"<br>{_md(s['stage'])}: {_md(s.get('verdict'))}" for s in sv.stages)
 
 
 def render_markdown(report: Report) -> str:
@@ -61,24 +199,18 @@ def render_markdown(report: Report) -> str:
             ]
         if not runs:
             lines += ["No runs recorded.", ""]
+            lines += _staged_verdicts_md([v for v in report.verdicts if v.host == host])
             continue
+        staged = [r for r in runs if r.stages]
+        flat = [r for r in runs if not r.stages]
+        if flat:
+            lines += _arm_table(arm_rows(flat, choices))
+            lines.append("")
+        if staged:
+            lines += _stages_md(staged, choices)
+            lines += _staged_ab_md(choices, stage_order(staged))
+        # Every run's curve (a staged run's over all its stages' trials).
         rows = arm_rows(runs, choices)
-        lines += _md_table(
-            ["release", "speculative", "runs", "tokens/s", "vs off", "TTFT ms", "TPOT ms"],
-            [
-                [
-                    _md(r.release),
-                    _md(r.arm),
-                    str(r.runs),
-                    number(r.throughput),
-                    vs_off_text(r),
-                    number(r.ttft_ms, 1),
-                    number(r.tpot_ms, 2),
-                ]
-                for r in rows
-            ],
-        )
-        lines.append("")
         curves = [(f"{r.release} · {r.arm}", r.per_position) for r in rows if r.per_position]
         if curves:
             if report.reference_acceptance:
@@ -114,6 +246,7 @@ def render_markdown(report: Report) -> str:
         else:
             lines += [f"Roofline efficiency: {NOT_MEASURED}."]
             lines += [f"Roofline: {_md(x)}." for x in unmeasured if "(" in x] + [""]
+        lines += _staged_verdicts_md([v for v in report.verdicts if v.host == host])
     lines += ["### Verdict history", ""]
     if report.verdicts:
         lines += _md_table(
@@ -124,7 +257,7 @@ def render_markdown(report: Report) -> str:
                     _md(v.host),
                     f"{_md(v.baseline_release or MISSING)} → {_md(v.release or MISSING)}",
                     _md(v.phase or MISSING),
-                    f"**{_md(v.verdict)}**",
+                    f"**{_md(v.verdict)}**" + _stage_verdicts_md(v),
                     "<br>".join(_md(r) for r in v.reasons) or MISSING,
                 ]
                 for v in report.verdicts
