@@ -12,7 +12,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from benchgate import ab, ledger
+from benchgate import ab, ledger, serve
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 DRAFT = {"model": "/srv/models/draft", "num_speculative_tokens": 2}
@@ -493,3 +493,67 @@ def test_module_chooses_by_the_rule_at_every_stage(
     assert kind == "exit" and out["winner"] == "ngram-k3", out["reason"]
     kind, out = _run_module(monkeypatch, {"arms": arms, "results": FLIP, "rule": "stage:nosuch"})
     assert kind == "fail" and "names no stage" in out["msg"]
+
+
+# --- drafting by load: vLLM's batch-size schedule, when an arm flips with load ---
+
+
+def _with_load(result: dict[str, Any], params: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``result`` with each stage's recorded load (the workload's params)."""
+    return {**result, "stages": [{**s, "params": params[s["name"]]} for s in result["stages"]]}
+
+
+LOADS = {"single": {"concurrency": 1}, "busy": {"concurrency": 4}}
+
+
+def test_an_arm_that_flips_with_load_gets_a_schedule_that_drafts_only_at_low_load() -> None:
+    arms = ab.expand_arms([NGRAM])
+    results = {name: _with_load(r, LOADS) for name, r in FLIP.items()}
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"  # never slower: one arm for every load cannot serve
+    (hint,) = ab.drafting_by_load(choice)
+    assert (hint.arm, hint.up_to, hint.helps_at, hint.hurts_at) == (
+        "ngram-k3",
+        1,
+        ["single"],
+        ["busy"],
+    )
+    # k = 3 while one request runs, none from two on (vLLM carries the last k upward).
+    assert hint.config == {**NGRAM, ab.SCHEDULE_KEY: [[1, 1, 3], [2, 2, 0]]}
+    assert hint.flags_config == {**NGRAM, ab.DISABLE_KEY: 1}
+    # Both are settings the installed CLI generation accepts (preflight's own check).
+    assert serve.validate_speculative(hint.config, cli="config") == []
+    assert serve.validate_speculative(hint.flags_config, cli="flags") == []
+    # The operator sees it in the A/B table and the module's result.
+    table = ab.render_staged_table(choice)
+    by_load = [line for line in table.splitlines() if line.startswith("by load: ")]
+    assert len(by_load) == 1 and "ngram-k3-upto1" in by_load[0]
+    assert '"num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 0]]' in by_load[0]
+    assert table.splitlines()[-1].startswith("chosen: off")
+    assert choice.to_dict()["by_load"] == [hint.to_dict()]
+    # The suggested arm can be added as a candidate under its own name.
+    named = ab.expand_arms([NGRAM, {"name": "ngram-k3-upto1", "config": hint.config}])
+    assert [a.name for a in named] == ["off", "ngram-k3", "ngram-k3-upto1"]
+
+
+def test_no_schedule_where_the_load_does_not_explain_the_flip() -> None:
+    arms = ab.expand_arms([NGRAM])
+    # Slower at one stream, faster under load: drafting by load would do the opposite.
+    loads = {"single": {"concurrency": 8}, "busy": {"concurrency": 1}}
+    results = {name: _with_load(r, loads) for name, r in FLIP.items()}
+    assert ab.drafting_by_load(ab.choose_staged(arms, results)) == []
+    # A stage driven by a request rate has no fixed batch size: not enough fixed stages.
+    rate = {"single": {"concurrency": 1}, "busy": {"concurrency": 4, "request_rate": 2.0}}
+    results = {name: _with_load(r, rate) for name, r in FLIP.items()}
+    assert ab.drafting_by_load(ab.choose_staged(arms, results)) == []
+    # Faster everywhere: one arm serves every load, no schedule needed.
+    faster = {
+        "off": FLIP["off"],
+        "ngram-k3": staged_arm_result({"single": 125.0, "busy": 460.0}, seed=3),
+    }
+    results = {name: _with_load(r, LOADS) for name, r in faster.items()}
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "ngram-k3" and ab.drafting_by_load(choice) == []
+    assert "by load: " not in ab.render_staged_table(choice)
+    # Stages without a recorded load: nothing to say.
+    assert ab.drafting_by_load(ab.choose_staged(arms, FLIP)) == []

@@ -160,6 +160,20 @@ arms:
   returned: always
   type: list
   elements: dict
+by_load:
+  description:
+    - Only for a staged workload. Arms proven faster than off at every low-load stage and
+      proven slower above them, each with the setting that drafts only at that load
+      (C(config) for C(--speculative-config), vLLM's C(num_speculative_tokens_per_batch_size);
+      C(flags_config) for the per-flag CLI, C(disable_by_batch_size)), to measure as an arm.
+      The table says the same in a C(by load:) line.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{arm: ngram-k3, up_to: 1, helps_at: [single], hurts_at: [busy],
+            config: {method: ngram, num_speculative_tokens: 3,
+                     num_speculative_tokens_per_batch_size: [[1, 1, 3], [2, 2, 0]]},
+            flags_config: {method: ngram, num_speculative_tokens: 3, disable_by_batch_size: 1}}]
 table:
   description: The per-arm table as plain text.
   returned: always
@@ -266,6 +280,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "config": out["config"],
         "reason": out["reason"],
         "arms": out["arms"],
+        "by_load": out.get("by_load", []),
         "table": (
             bg_ab.render_staged_table(choice)
             if isinstance(choice, bg_ab.StagedChoice)

@@ -36,6 +36,7 @@ the tests call them.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -448,6 +449,7 @@ class StagedChoice:
             "reason": self.reason,
             "arms": arms,
             "stages": [s.to_dict() for s in self.stages],
+            "by_load": [hint.to_dict() for hint in drafting_by_load(self)],
         }
 
 
@@ -628,6 +630,95 @@ def choose_any(
     return choose(arms, results, errors, objective, min_gain_pct, alpha, min_trials)
 
 
+#: vLLM's batch-size schedule for the draft length (``SpeculativeConfig``; in
+#: 0.31.0 and 0.32.0): ``[[first, last, k], ...]``, k = 0 drafts nothing, the
+#: last entry's k carries on above its range.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: The per-flag CLI's switch (v0.4 - v0.8): no drafting while more requests than this run.
+DISABLE_KEY = "disable_by_batch_size"
+
+
+@dataclass
+class LoadSchedule:
+    """An arm that helps at low load and hurts at high load, and the setting that
+    drafts only at the low load (:func:`drafting_by_load`)."""
+
+    arm: str
+    up_to: int  # drafting while at most this many requests run
+    helps_at: list[str]
+    hurts_at: list[str]
+    config: dict[str, Any]  # the arm's config with the schedule (--speculative-config)
+    flags_config: dict[str, Any]  # the same for the per-flag CLI
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def advice(self) -> str:
+        name = f"{self.arm}-upto{self.up_to}"
+        return (
+            f"{self.arm} is faster at {', '.join(self.helps_at)} and slower at "
+            f"{', '.join(self.hurts_at)}: vLLM can draft only while at most {self.up_to} "
+            f"requests run, and not above. Measure that as an arm: "
+            f"{{name: {name}, config: {json.dumps(self.config)}}} "
+            f"(per-flag CLI: {json.dumps(self.flags_config)})"
+        )
+
+
+def _fixed_concurrency(params: Mapping[str, Any]) -> int | None:
+    """A stage's number of requests in flight, when the client holds it fixed."""
+    c = params.get("concurrency")
+    if params.get("request_rate") or isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        return None
+    return c
+
+
+def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[LoadSchedule]:
+    """Arms proven faster than off at every low-load stage and proven slower at every
+    stage above them: drafting by load (vLLM's batch-size schedule) would keep the
+    gain and lose the loss, where one arm for all loads cannot. Stages with a request
+    rate (their batch size is not fixed) are left out; at least two stages are needed."""
+    fixed = [(c, s) for s in choice.stages if (c := _fixed_concurrency(s.params)) is not None]
+    if len(fixed) < 2:
+        return []
+    fixed.sort(key=lambda item: item[0])
+    out = []
+    names = [a.name for a in fixed[0][1].choice.arms if a.name != OFF]
+    for name in names:
+        outs = [
+            (c, s.stage, next((a for a in s.choice.arms if a.name == name), None)) for c, s in fixed
+        ]
+        if any(o is None or o.status == "failed" for _, _, o in outs):
+            continue
+        helps = [
+            (c, st)
+            for c, st, o in outs
+            if o and o.gain_lo_pct is not None and o.gain_lo_pct > min_gain_pct
+        ]
+        hurts = [
+            (c, st) for c, st, o in outs if o and o.gain_hi_pct is not None and o.gain_hi_pct < 0
+        ]
+        if not helps or not hurts or len(helps) + len(hurts) != len(outs):
+            continue
+        up_to = max(c for c, _ in helps)
+        if up_to >= min(c for c, _ in hurts):
+            continue
+        config = dict(outs[0][2].config) if outs[0][2] else {}
+        k = config.get("num_speculative_tokens")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            continue
+        out.append(
+            LoadSchedule(
+                arm=name,
+                up_to=up_to,
+                helps_at=[st for _, st in helps],
+                hurts_at=[st for _, st in hurts],
+                config={**config, SCHEDULE_KEY: [[1, up_to, k], [up_to + 1, up_to + 1, 0]]},
+                flags_config={**config, DISABLE_KEY: up_to},
+            )
+        )
+    return out
+
+
 _STAGE_STATUS = {"winner": "faster", "beaten": "faster"}
 
 
@@ -672,6 +763,7 @@ def render_staged_table(choice: StagedChoice) -> str:
         _explain(choice.objective, level),
         f"rule: {choice.rule}{default}",
         *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
+        *(f"by load: {hint.advice()}" for hint in drafting_by_load(choice)),
         f"chosen: {choice.winner or 'none'}: {choice.reason}",
     ]
     return "\n".join(lines)
