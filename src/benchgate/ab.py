@@ -657,8 +657,9 @@ class LoadSchedule:
         name = f"{self.arm}-upto{self.up_to}"
         return (
             f"{self.arm} is faster at {', '.join(self.helps_at)} and slower at "
-            f"{', '.join(self.hurts_at)}: vLLM can draft only while at most {self.up_to} "
-            f"requests run, and not above. Measure that as an arm: "
+            f"{', '.join(self.hurts_at)}: vLLM can draft while {self.up_to} "
+            f"request{'' if self.up_to == 1 else 's'} or fewer run, and not above. "
+            f"Measure that as an arm: "
             f"{{name: {name}, config: {json.dumps(self.config)}}} "
             f"(per-flag CLI: {json.dumps(self.flags_config)})"
         )
