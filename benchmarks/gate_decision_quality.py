@@ -124,43 +124,49 @@ def _load_trials(path: Path) -> list[dict[str, Any]]:
 
 def pool_from_results(paths: Sequence[Path], requests_per_trial: int | None) -> Pool:
     """Per-request records of benchgate.result/1 files (or of a saved pool)."""
+    trials = [trial for path in paths for trial in _load_trials(path)]
+    return pool_from_trials(trials, requests_per_trial, ", ".join(f"`{p}`" for p in paths))
+
+
+def pool_from_trials(
+    trials: Sequence[dict[str, Any]], requests_per_trial: int | None, names: str
+) -> Pool:
+    """The pool of some result trials (``names``: where they came from, for the report)."""
     reqs: list[Request] = []
     recorded: list[RecordedTrial] = []
     per_trial: list[int] = []
-    for path in paths:
-        for trial in _load_trials(path):
-            if trial.get("valid") is False:
-                continue
-            ok = [
-                r
-                for r in trial.get("requests") or []
-                if not r.get("error") and r.get("e2el_ms") and r.get("output_tokens")
-            ]
-            if not ok:
-                continue
-            trial_reqs = [
-                Request(
-                    int(r["output_tokens"]),
-                    float(r["e2el_ms"]) / 1000.0,
-                    float(r["ttft_ms"]) / 1000.0 if r.get("ttft_ms") is not None else None,
-                )
-                for r in ok
-            ]
-            reqs.extend(trial_reqs)
-            per_trial.append(len(trial_reqs))
-            duration = trial.get("duration_s")
-            if isinstance(duration, (int, float)) and duration > 0:
-                conc = sum(r.e2el_s for r in trial_reqs) / duration
-                recorded.append(RecordedTrial(trial_reqs, conc))
+    for trial in trials:
+        if trial.get("valid") is False:
+            continue
+        ok = [
+            r
+            for r in trial.get("requests") or []
+            if not r.get("error") and r.get("e2el_ms") and r.get("output_tokens")
+        ]
+        if not ok:
+            continue
+        trial_reqs = [
+            Request(
+                int(r["output_tokens"]),
+                float(r["e2el_ms"]) / 1000.0,
+                float(r["ttft_ms"]) / 1000.0 if r.get("ttft_ms") is not None else None,
+            )
+            for r in ok
+        ]
+        reqs.extend(trial_reqs)
+        per_trial.append(len(trial_reqs))
+        duration = trial.get("duration_s")
+        if isinstance(duration, (int, float)) and duration > 0:
+            conc = sum(r.e2el_s for r in trial_reqs) / duration
+            recorded.append(RecordedTrial(trial_reqs, conc))
     if len(reqs) < 10:
         raise SystemExit(
-            f"{', '.join(map(str, paths))}: fewer than 10 successful per-request records in "
+            f"{names}: fewer than 10 successful per-request records in "
             "trials[].requests[]; record the result with per-request data"
         )
     concs = sorted(t.concurrency for t in recorded)
     concurrency = concs[len(concs) // 2] if concs else 1.0
     n = requests_per_trial or sorted(per_trial)[len(per_trial) // 2]
-    names = ", ".join(f"`{p}`" for p in paths)
     source = f"{names} ({len(reqs)} requests in {len(per_trial)} trials, C≈{concurrency:.1f})"
     return Pool(reqs, concurrency, n, source, tuple(recorded))
 
