@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .aggregates import ArmRow, arm_key, release_key
@@ -22,6 +22,13 @@ PALETTE = (
     "#7f7f7f",
     "#bcbd22",
     "#17becf",
+)
+
+#: The three panels of a throughput/latency chart: y label, the row's figure.
+_PANELS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
+    ("output tokens/s", lambda r: r.throughput),
+    ("TTFT median, ms", lambda r: r.ttft_ms),
+    ("TPOT median, ms", lambda r: r.tpot_ms),
 )
 
 
@@ -84,11 +91,7 @@ def chart_over_time(
     with _rc():
         fig = _figure(9.0, 6.4)
         axes = fig.subplots(3, 1, sharex=True)
-        panels = (
-            ("output tokens/s", lambda r: r.throughput),
-            ("TTFT median, ms", lambda r: r.ttft_ms),
-            ("TPOT median, ms", lambda r: r.tpot_ms),
-        )
+        panels = _PANELS
         for i, key in enumerate(order):
             rs = series[key]
             color = PALETTE[i % len(PALETTE)]
@@ -202,11 +205,7 @@ def chart_stages(
     with _rc():
         fig = _figure(max(5.5, 1.8 * len(stages) + 3.0), 6.4)
         axes = fig.subplots(3, 1, sharex=True)
-        panels = (
-            ("output tokens/s", lambda r: r.throughput),
-            ("TTFT median, ms", lambda r: r.ttft_ms),
-            ("TPOT median, ms", lambda r: r.tpot_ms),
-        )
+        panels = _PANELS
         for i, key in enumerate(keys):
             color = PALETTE[i % len(PALETTE)]
             label = _mpl_text(f"{key[0]} · spec {key[1]}")
