@@ -24,6 +24,20 @@ PALETTE = (
     "#17becf",
 )
 
+
+def _line(ax: Any, pts: Sequence[tuple[Any, Any]], color: str, label: str | None) -> None:
+    """One series of points joined by a line; nothing when there are none."""
+    if pts:
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker="o",
+            linestyle="-",
+            color=color,
+            label=label,
+        )
+
+
 #: The three panels of a throughput/latency chart: y label, the row's figure.
 _PANELS: tuple[tuple[str, Callable[[Any], float | None]], ...] = (
     ("output tokens/s", lambda r: r.throughput),
@@ -98,16 +112,7 @@ def chart_over_time(
             label = _mpl_text(f"{key[0]} · spec {key[1]}")
             for ax, (_, get) in zip(axes, panels):
                 pts = [(r.when, get(r)) for r in rs if get(r) is not None]
-                if not pts:
-                    continue
-                ax.plot(
-                    [p[0] for p in pts],
-                    [p[1] for p in pts],
-                    marker="o",
-                    linestyle="-",
-                    color=color,
-                    label=label if ax is axes[0] else None,
-                )
+                _line(ax, pts, color, label if ax is axes[0] else None)
             for r in rs:  # per-trial spread of throughput
                 if r.throughput_samples and r.when is not None:
                     axes[0].scatter(
@@ -216,15 +221,7 @@ def chart_stages(
                     for row in rows
                     if (row.release, row.arm) == key and get(row) is not None
                 ]
-                if pts:
-                    ax.plot(
-                        [p[0] for p in pts],
-                        [p[1] for p in pts],
-                        marker="o",
-                        linestyle="-",
-                        color=color,
-                        label=label if ax is axes[0] else None,
-                    )
+                _line(ax, pts, color, label if ax is axes[0] else None)
         for ax, (ylabel, _) in zip(axes, panels):
             ax.set_ylabel(ylabel)
         axes[-1].set_xticks(range(len(stages)), ticks)
