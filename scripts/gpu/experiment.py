@@ -82,12 +82,22 @@ SERVERS = {
     "v26-d06b-k5": _server(NEW, "qwen3-0.6b", 5, 8008),
     "v26-d06b-k1": _server(NEW, "qwen3-0.6b", 1, 8009),
     "v24-d06b-k3": _server(OLD, "qwen3-0.6b", 3, 8014),
+    # 2026-12-05, third session: the 0.24.0 arms still missing, and a second
+    # run on one server of the two 0.26.0 arms that beat plain at c1 there
+    "v24-d4b-k2": _server(OLD, "qwen3-4b", 2, 8015),
+    "v24-d4b-k4": _server(OLD, "qwen3-4b", 4, 8016),
+    "v24-d4b-k5": _server(OLD, "qwen3-4b", 5, 8017),
+    "v24-d06b-k1": _server(OLD, "qwen3-0.6b", 1, 8018),
+    "v24-d06b-k5": _server(OLD, "qwen3-0.6b", 5, 8019),
+    "v26-d06b-k1-x2": _server(NEW, "qwen3-0.6b", 1, 8022, repeats=2),
+    "v26-d4b-k2-x2": _server(NEW, "qwen3-4b", 2, 8023, repeats=2),
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
 # missing, each release's plain server measured again in the same session
 # (the A/B and the upgrade gate compare within one machine); batch 4 holds
-# 0.26.0 alone because 0.24.0 is installed while it starts.
+# 0.26.0 alone because 0.24.0 is installed while it starts. Batches 7-9: the
+# third session (2026-12-05 afternoon), batch 7 again 0.26.0 alone.
 BATCHES = {
     "1": ["v26-off", "v26-d4b-k1", "v26-d4b-k3"],
     "2": ["v26-d4b-k5", "v26-d06b-k3", "v24-off"],
@@ -95,6 +105,9 @@ BATCHES = {
     "4": ["v26-off", "v26-d4b-k2", "v26-d4b-k4"],
     "5": ["v24-off", "v24-d4b-k1", "v26-d06b-k5"],
     "6": ["v26-d06b-k1", "v26-d06b-k3", "v24-d06b-k3"],
+    "7": ["v26-off", "v26-d06b-k1-x2", "v26-d4b-k2-x2"],
+    "8": ["v24-off", "v24-d4b-k2", "v24-d4b-k4"],
+    "9": ["v24-d4b-k5", "v24-d06b-k1", "v24-d06b-k5"],
 }
 
 
