@@ -77,17 +77,19 @@ def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.mean(values)
 
 
-def main(src_dir: str, out_dir: str, reference: str | None = None) -> int:
+def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int:
     src, out = Path(src_dir), Path(out_dir)
-    # read the reference before anything under out is removed (it may be the same folder)
+    # read the references before anything under out is removed (one may be the same
+    # folder); where two hold the same run or file, the one named first wins
     ref_runs: dict[str, dict] = {}
     ref_files: dict[str, str] = {}
-    if reference:
+    for reference in references or []:
         ref = Path(reference)
-        ref_runs = json.loads((ref / "summary.json").read_text())["runs"]
+        for name, run in json.loads((ref / "summary.json").read_text())["runs"].items():
+            ref_runs.setdefault(name, run)
         for cal_name in DRAFT_CALIBRATION.values():
             if not (src / cal_name).exists() and (ref / "results" / cal_name).exists():
-                ref_files[cal_name] = (ref / "results" / cal_name).read_text()
+                ref_files.setdefault(cal_name, (ref / "results" / cal_name).read_text())
     res_out = out / "results"
     if res_out.exists():
         shutil.rmtree(res_out)
@@ -188,49 +190,83 @@ def main(src_dir: str, out_dir: str, reference: str | None = None) -> int:
                 res.stdout
             )["verdict"]
 
-    # --- the speculative A/B per release and load, as the playbook's module
-    for vkey, release in RELEASES.items():
-        for load in LOADS:
-            if f"{vkey}-off-{load}" not in results:
-                print(f"no A/B for {release} at {load}: no plain run", file=sys.stderr)
-                continue
-            names = sorted(
-                n[: -len(f"-{load}")]
-                for n in results
-                if n.startswith(vkey) and n.endswith(f"-{load}") and "restart" not in n
-            )
-            arms, arm_results = [], {}
-            for name in names:
-                config = dict(servers[name]["speculative"] or {})
-                arm = name[len(vkey) + 1 :].replace("d4b", "draft4b").replace("d06b", "draft06b")
-                arms.append(ab.Arm(arm, config))
-                arm_results[arm] = results[f"{name}-{load}"]
-            arms.sort(key=lambda a: (a.name != ab.OFF, a.name))
-            choice = ab.choose(
-                arms,
-                arm_results,
-                {},
-                objective="output_tokens_per_s",
-                min_gain_pct=0.0,
-                alpha=0.05,
-                min_trials=3,
-            )
-            host = f"h200-{load}"
-            for arm in arms:
-                ledger.record_result(
-                    str(db),
-                    arm_results[arm.name],
-                    host=host,
-                    phase=f"arm:{arm.name}",
-                    release=release,
-                    speculative=arm.config,
+    # --- the speculative A/B per release and load, as the playbook's module; where
+    # plain and some arms ran twice on one server, the A/B of the second runs too
+    for run in ("", "-r2"):
+        for vkey, release in RELEASES.items():
+            for load in LOADS:
+                if f"{vkey}-off-{load}{run}" not in results:
+                    if not run:
+                        print(f"no A/B for {release} at {load}: no plain run", file=sys.stderr)
+                    continue
+                names = sorted(
+                    n[: -len(f"-{load}{run}")]
+                    for n in results
+                    if n.startswith(vkey) and n.endswith(f"-{load}{run}") and "restart" not in n
                 )
-            ledger.record_ab_choice(str(db), choice.to_dict(), host=host, release=release)
-            summary["ab"][f"{release} {load}"] = {
-                "winner": choice.winner,
-                "reason": choice.reason,
-                "table": ab.render_table(choice),
-            }
+                arms, arm_results = [], {}
+                for name in names:
+                    config = dict(servers[name]["speculative"] or {})
+                    arm = name[len(vkey) + 1 :].removesuffix("-x2")  # whichever server ran it
+                    arm = arm.replace("d4b", "draft4b").replace("d06b", "draft06b")
+                    arms.append(ab.Arm(arm, config))
+                    arm_results[arm] = results[f"{name}-{load}{run}"]
+                arms.sort(key=lambda a: (a.name != ab.OFF, a.name))
+                choice = ab.choose(
+                    arms,
+                    arm_results,
+                    {},
+                    objective="output_tokens_per_s",
+                    min_gain_pct=0.0,
+                    alpha=0.05,
+                    min_trials=3,
+                )
+                out_ab = {
+                    "winner": choice.winner,
+                    "reason": choice.reason,
+                    "table": ab.render_table(choice),
+                }
+                if run:  # second runs: kept beside the first, not recorded twice
+                    summary.setdefault("ab_second_runs", {})[f"{release} {load}"] = out_ab
+                    continue
+                host = f"h200-{load}"
+                for arm in arms:
+                    ledger.record_result(
+                        str(db),
+                        arm_results[arm.name],
+                        host=host,
+                        phase=f"arm:{arm.name}",
+                        release=release,
+                        speculative=arm.config,
+                    )
+                ledger.record_ab_choice(str(db), choice.to_dict(), host=host, release=release)
+                summary["ab"][f"{release} {load}"] = out_ab
+
+    # --- A/A of the arms that ran twice on one server: run 1 against run 2
+    for name in sorted(results):
+        if not name.endswith("-r2") or "-off-" in name:
+            continue
+        first = name.removesuffix("-r2")
+        res = sh(
+            [
+                *BENCHGATE,
+                "judge",
+                "--baseline",
+                str(res_out / f"{first}.json"),
+                "--candidate",
+                str(res_out / f"{name}.json"),
+                "--metric",
+                "output_tokens_per_s",
+                "--json",
+            ],
+            log,
+        )
+        m = json.loads(res.stdout)["metrics"][0]
+        summary["noise"].setdefault("arm_repeats", {})[first] = {
+            "tok_s": [round(tok_s(results[first]), 1), round(tok_s(results[name]), 1)],
+            "verdict": json.loads(res.stdout)["verdict"],
+            "reason": m.get("reason"),
+        }
 
     # --- runs, acceptance, the advisor beside each
     plain = {
@@ -384,6 +420,8 @@ def main(src_dir: str, out_dir: str, reference: str | None = None) -> int:
     print(json.dumps({k: summary[k] for k in ("verdicts", "noise")}, indent=1))
     for key, ab_out in summary["ab"].items():
         print(key, "->", ab_out["winner"], "|", ab_out["reason"])
+    for key, ab_out in summary.get("ab_second_runs", {}).items():
+        print(key, "second runs ->", ab_out["winner"], "|", ab_out["reason"])
     return 0
 
 
@@ -432,6 +470,10 @@ if __name__ == "__main__":
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("results_dir")
     cli.add_argument("out_dir")
-    cli.add_argument("--reference", help="output folder of an earlier session (summary.json)")
+    cli.add_argument(
+        "--reference",
+        action="append",
+        help="output folder of an earlier session (summary.json); repeat it, latest first",
+    )
     a = cli.parse_args()
     sys.exit(main(a.results_dir, a.out_dir, a.reference))
