@@ -176,6 +176,109 @@ def test_sharegpt_prompts_take_first_human_turn(tmp_path):
     assert texts == {"hello there", "q2"}
 
 
+def test_sharegpt_sample_lengths_come_from_the_answer(tmp_path):
+    data = [
+        {"conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a" * 40}]},
+        {"conversations": [{"from": "human", "value": "q2"}, {"from": "gpt", "value": "b" * 400}]},
+        {"conversations": [{"from": "human", "value": "q3"}]},
+    ]
+    (tmp_path / "sg.json").write_text(json.dumps(data))
+    src = {"source": "sharegpt", "path": "sg.json", "output_lengths": "sample"}
+    wl = parse_workload({**BASE, "output_len": 64, "prompts": src}, base_dir=str(tmp_path))
+    lengths = {p.text: p.max_tokens for p in build_prompts(wl, 6)}
+    # 40 characters ~ 10 tokens; 400 ~ 100, capped at output_len; no answer: output_len
+    assert lengths == {"q1": 10, "q2": 64, "q3": None}
+
+
+JSONL = [
+    {"prompt": "plain prompt", "completion": "c" * 80},
+    {"prompt": "counted", "output_tokens": 7},
+    {"text": "no answer"},
+    {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "chat question"},
+            {"role": "assistant", "content": "d" * 24},
+        ]
+    },
+    {"prompt": "   "},
+]
+
+
+def _jsonl_workload(tmp_path, lines, lengths="sample"):
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    src = {"source": "jsonl", "path": "s.jsonl", "output_lengths": lengths}
+    return parse_workload({**BASE, "output_len": 32, "prompts": src}, base_dir=str(tmp_path))
+
+
+def test_jsonl_prompts_and_their_answer_lengths(tmp_path):
+    prompts = build_prompts(_jsonl_workload(tmp_path, JSONL), 8)
+    assert {p.text: p.max_tokens for p in prompts} == {
+        "plain prompt": 20,
+        "counted": 7,
+        "no answer": None,
+        "chat question": 6,
+    }
+    # the default: every request asks for the workload's output_len
+    prompts = build_prompts(_jsonl_workload(tmp_path, JSONL, lengths="workload"), 8)
+    assert {p.max_tokens for p in prompts} == {None}
+
+
+def test_jsonl_sample_lengths_reach_the_request(tmp_path):
+    from benchgate.client import build_payload
+
+    wl = _jsonl_workload(tmp_path, JSONL)
+    sent = {}
+    for p in build_prompts(wl, 8):
+        sent[p.text] = build_payload(wl, "m", p)["max_tokens"]
+    assert sent == {"plain prompt": 20, "counted": 7, "no answer": 32, "chat question": 6}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "s.jsonl:1: not JSON"),
+        ("[1, 2]", "s.jsonl:1: must be a JSON object"),
+        ('{"question": "x"}', "needs 'prompt' (a string) or 'messages'"),
+        ('{"prompt": "x", "output_tokens": 0}', "'output_tokens' must be an integer >= 1"),
+        ('{"messages": "x"}', "'messages' must be a list"),
+    ],
+)
+def test_jsonl_bad_lines_name_the_line(tmp_path, line, message):
+    (tmp_path / "s.jsonl").write_text(line + "\n")
+    wl = parse_workload(
+        {**BASE, "prompts": {"source": "jsonl", "path": "s.jsonl"}}, base_dir=str(tmp_path)
+    )
+    with pytest.raises(WorkloadError, match="'prompts.path'") as err:
+        build_prompts(wl, 1)
+    assert message in str(err.value)
+
+
+def test_sample_lengths_need_a_source_with_answers():
+    for source in ("synthetic", "file"):
+        src = {"source": source, "output_lengths": "sample"}
+        if source == "file":
+            src["path"] = "p.txt"
+        with pytest.raises(WorkloadError, match="'prompts.output_lengths': 'sample' needs"):
+            parse_workload({**BASE, "prompts": src})
+    with pytest.raises(WorkloadError, match="must be one of workload, sample"):
+        parse_workload({**BASE, "prompts": {"source": "jsonl", "path": "x", "output_lengths": "x"}})
+
+
+def test_default_output_lengths_keep_the_hash():
+    # workloads written before output_lengths existed keep their hash
+    plain = parse_workload({**BASE, "prompts": {"source": "file", "path": "p.txt"}})
+    same = parse_workload(
+        {**BASE, "prompts": {"source": "file", "path": "p.txt", "output_lengths": "workload"}}
+    )
+    assert "output_lengths" not in plain.params()["prompts"]
+    assert plain.hash == same.hash
+    sampled = parse_workload(
+        {**BASE, "prompts": {"source": "jsonl", "path": "p.txt", "output_lengths": "sample"}}
+    )
+    assert sampled.params()["prompts"]["output_lengths"] == "sample"
+
+
 FLOAT_KEYS = [
     ("temperature", "temperature"),
     ("max_error_rate", "max_error_rate"),
@@ -346,3 +449,29 @@ def test_shipped_staged_demo_is_small_and_has_two_loads():
     # 6 trials per stage: with alpha split over two stages, fewer than 4+4 can never decide.
     requests = sum(w.warmup + w.trials * w.num_requests for _, w in wl.stage_workloads())
     assert requests <= 160
+
+
+def test_a_bench_with_sample_lengths_asks_each_request_for_its_answer(tmp_path):
+    # Through the real client against the fake server, which generates what
+    # max_tokens asks for: the records carry each sample's own length.
+    from benchgate.bench import run_benchmark
+    from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
+
+    lines = [{"prompt": f"question {i}", "output_tokens": n} for i, n in enumerate((3, 5, 9))]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    wl = parse_workload(
+        {
+            **BASE,
+            "output_len": 8,
+            "warmup": 0,
+            "trials": 1,
+            "num_requests": 6,
+            "prompts": {"source": "jsonl", "path": "s.jsonl", "output_lengths": "sample"},
+        },
+        base_dir=str(tmp_path),
+    )
+    with serve_in_thread(FakeConfig(ttft_s=0.001, itl_s=0.001)) as srv:
+        result = run_benchmark(srv.base_url, wl)
+    assert result.all_valid
+    got = sorted(r["output_tokens"] for t in result.trials for r in t.requests)
+    assert got == [3, 3, 5, 5, 8, 8]  # 9 capped at output_len

@@ -90,7 +90,7 @@ def endpoint_url(base_url: str, api: str) -> str:
 def build_payload(workload: Workload, model: str, prompt: Prompt) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "model": model,
-        "max_tokens": workload.output_len,
+        "max_tokens": prompt.max_tokens or workload.output_len,
         "temperature": workload.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},

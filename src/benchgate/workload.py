@@ -44,7 +44,11 @@ import yaml
 
 WORKLOAD_SCHEMA = "benchgate.workload/1"
 APIS = ("completions", "chat")
-PROMPT_SOURCES = ("synthetic", "file", "sharegpt")
+PROMPT_SOURCES = ("synthetic", "file", "sharegpt", "jsonl")
+# Where each request's max_tokens comes from: the workload's output_len, or the
+# length of the sample's own answer (sources that have answers).
+OUTPUT_LENGTHS = ("workload", "sample")
+SAMPLE_SOURCES = ("sharegpt", "jsonl")
 
 # Overrides accepted from the CLI and the Ansible module.
 OVERRIDABLE = (
@@ -94,12 +98,25 @@ class PromptSource:
     * ``file``: a text file (prompts separated by blank lines) or a JSON list
       of strings; ``path`` is relative to the workload file.
     * ``sharegpt``: a ShareGPT-style JSON list of ``{"conversations": [...]}``;
-      the first human turn of each conversation is the prompt.
+      the first human turn of each conversation is the prompt, the turn that
+      answers it its answer.
+    * ``jsonl``: one JSON object per line, either ``{"prompt": ..., ...}``
+      (answer in ``completion`` or ``response``, or its length in
+      ``output_tokens``) or ``{"messages": [...]}`` (OpenAI chat format: the
+      first user message is the prompt, the assistant message after it the
+      answer).
+
+    ``output_lengths``: ``workload`` (every request asks for the workload's
+    ``output_len`` tokens) or ``sample`` (``sharegpt``/``jsonl`` only: each
+    request asks for as many tokens as its sample's answer has, about 4
+    characters a token, at most ``output_len``; samples without an answer
+    ask for ``output_len``).
     """
 
     source: str = "synthetic"
     seed: int = 0
     path: str | None = None
+    output_lengths: str = "workload"
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,8 @@ class Workload:
         if data.get("slo") is None:
             # Absent, not null: workloads without an SLO keep the hash they had.
             data.pop("slo", None)
+        if data["prompts"].get("output_lengths") == "workload":
+            data["prompts"].pop("output_lengths")  # the default: the hash it had
         # Absent when unstaged, for the same reason.
         data.pop("stages", None)
         if self.stages:
@@ -295,7 +314,7 @@ def _prompt_source(raw: Any, source: str | None) -> PromptSource:
         return PromptSource()
     if not isinstance(raw, Mapping):
         raise WorkloadError("prompts", f"must be a mapping, got {type(raw).__name__}", source)
-    unknown = sorted(set(raw) - {"source", "seed", "path"})
+    unknown = sorted(set(raw) - {"source", "seed", "path", "output_lengths"})
     if unknown:
         raise WorkloadError(f"prompts.{unknown[0]}", "unknown key", source)
     kind = raw.get("source", "synthetic")
@@ -307,12 +326,25 @@ def _prompt_source(raw: Any, source: str | None) -> PromptSource:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise WorkloadError("prompts.seed", f"must be an integer, got {seed!r}", source)
     path = raw.get("path")
-    if kind in ("file", "sharegpt"):
+    if kind != "synthetic":
         if not isinstance(path, str) or not path:
             raise WorkloadError("prompts.path", f"is required for source {kind!r}", source)
     elif path is not None:
-        raise WorkloadError("prompts.path", "is only valid for source 'file' or 'sharegpt'", source)
-    return PromptSource(source=kind, seed=seed, path=path)
+        raise WorkloadError("prompts.path", "is not valid for source 'synthetic'", source)
+    lengths = raw.get("output_lengths", "workload")
+    if lengths not in OUTPUT_LENGTHS:
+        raise WorkloadError(
+            "prompts.output_lengths",
+            f"must be one of {', '.join(OUTPUT_LENGTHS)}, got {lengths!r}",
+            source,
+        )
+    if lengths == "sample" and kind not in SAMPLE_SOURCES:
+        raise WorkloadError(
+            "prompts.output_lengths",
+            f"'sample' needs a source with answers ({', '.join(SAMPLE_SOURCES)}), got {kind!r}",
+            source,
+        )
+    return PromptSource(source=kind, seed=seed, path=path, output_lengths=lengths)
 
 
 def _slo(raw: Any, source: str | None) -> dict[str, float] | None:
@@ -551,6 +583,8 @@ class Prompt:
 
     text: str
     approx_tokens: int
+    # This request's max_tokens; None: the workload's output_len.
+    max_tokens: int | None = None
 
 
 # Short, common words: with a BPE tokenizer each is about one token with its space.
@@ -581,32 +615,99 @@ def _approx_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def _read_prompt_file(path: Path) -> list[str]:
+# A sample read from a prompt file: the prompt and its answer's length in
+# tokens (None where the file holds no answer).
+Sample = tuple[str, int | None]
+
+
+def _read_prompt_file(path: Path) -> list[Sample]:
     raw = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         data = json.loads(raw)
         if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
             raise WorkloadError("prompts.path", f"{path} must hold a JSON list of strings")
-        return [p for p in data if p.strip()]
-    return [block.strip() for block in raw.split("\n\n") if block.strip()]
+        return [(p, None) for p in data if p.strip()]
+    return [(block.strip(), None) for block in raw.split("\n\n") if block.strip()]
 
 
-def _read_sharegpt(path: Path) -> list[str]:
+def _answer_after(
+    turns: list[Any], first: int, roles: tuple[str, ...], key: tuple[str, str]
+) -> int | None:
+    for turn in turns[first + 1 :]:
+        if isinstance(turn, Mapping) and turn.get(key[0]) in roles:
+            text = turn.get(key[1])
+            return _approx_tokens(text) if isinstance(text, str) and text.strip() else None
+    return None
+
+
+def _first_turn(
+    turns: list[Any], asks: tuple[str, ...], answers: tuple[str, ...], key: tuple[str, str]
+) -> Sample | None:
+    """The first turn whose role is in ``asks`` and the length of the answer after it."""
+    for i, turn in enumerate(turns):
+        if isinstance(turn, Mapping) and turn.get(key[0]) in asks:
+            value = turn.get(key[1])
+            if not (isinstance(value, str) and value.strip()):
+                return None
+            return value, _answer_after(turns, i, answers, key)
+    return None
+
+
+def _read_sharegpt(path: Path) -> list[Sample]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise WorkloadError("prompts.path", f"{path} must hold a JSON list of conversations")
-    prompts = []
+    samples = []
     for item in data:
         turns = item.get("conversations") if isinstance(item, Mapping) else None
+        if isinstance(turns, list):
+            sample = _first_turn(turns, ("human", "user"), ("gpt", "assistant"), ("from", "value"))
+            if sample:
+                samples.append(sample)
+    return samples
+
+
+def _jsonl_sample(item: Any, where: str) -> Sample | None:
+    if not isinstance(item, Mapping):
+        raise WorkloadError("prompts.path", f"{where}: must be a JSON object")
+    if "messages" in item:
+        turns = item["messages"]
         if not isinstance(turns, list):
-            continue
-        for turn in turns:
-            if isinstance(turn, Mapping) and turn.get("from") in ("human", "user"):
-                value = turn.get("value")
-                if isinstance(value, str) and value.strip():
-                    prompts.append(value)
-                break
-    return prompts
+            raise WorkloadError("prompts.path", f"{where}: 'messages' must be a list")
+        return _first_turn(turns, ("user",), ("assistant",), ("role", "content"))
+    prompt = item.get("prompt", item.get("text"))
+    if not isinstance(prompt, str):
+        raise WorkloadError("prompts.path", f"{where}: needs 'prompt' (a string) or 'messages'")
+    if not prompt.strip():
+        return None
+    tokens = item.get("output_tokens")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise WorkloadError(
+                "prompts.path", f"{where}: 'output_tokens' must be an integer >= 1, got {tokens!r}"
+            )
+        return prompt, tokens
+    answer = item.get("completion", item.get("response"))
+    return prompt, _approx_tokens(answer) if isinstance(answer, str) and answer.strip() else None
+
+
+def _read_jsonl(path: Path) -> list[Sample]:
+    samples = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise WorkloadError("prompts.path", f"{path}:{number}: not JSON ({exc})") from exc
+            sample = _jsonl_sample(item, f"{path}:{number}")
+            if sample:
+                samples.append(sample)
+    return samples
+
+
+_READERS = {"file": _read_prompt_file, "sharegpt": _read_sharegpt, "jsonl": _read_jsonl}
 
 
 def build_prompts(workload: Workload, n: int, offset: int = 0) -> list[Prompt]:
@@ -625,15 +726,23 @@ def build_prompts(workload: Workload, n: int, offset: int = 0) -> list[Prompt]:
     if not path.is_file():
         raise WorkloadError("prompts.path", f"file not found: {path}")
     try:
-        texts = _read_sharegpt(path) if src.source == "sharegpt" else _read_prompt_file(path)
+        samples = _READERS[src.source](path)
     except (OSError, ValueError) as exc:
         if isinstance(exc, WorkloadError):
             raise
         raise WorkloadError("prompts.path", f"cannot read {path}: {exc}") from exc
-    if not texts:
+    if not samples:
         raise WorkloadError("prompts.path", f"no prompts in {path}")
     rng = random.Random(src.seed)
-    order = list(range(len(texts)))
+    order = list(range(len(samples)))
     rng.shuffle(order)
-    chosen = [texts[order[i % len(order)]] for i in range(offset, offset + n)]
-    return [Prompt(text=text, approx_tokens=_approx_tokens(text)) for text in chosen]
+    chosen = [samples[order[i % len(order)]] for i in range(offset, offset + n)]
+    by_sample = src.output_lengths == "sample"
+    return [
+        Prompt(
+            text=text,
+            approx_tokens=_approx_tokens(text),
+            max_tokens=min(answer, workload.output_len) if by_sample and answer else None,
+        )
+        for text, answer in chosen
+    ]
