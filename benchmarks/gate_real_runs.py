@@ -25,6 +25,15 @@ baseline, candidate, restart, gate, keep or roll back. Two modes:
   the candidate again, a fourth (the rollback) the serving release. Every
   PASS is a miss. Without speculative arms (pass
   ``-e '{"benchgate_speculative_candidates": []}'``): each arm is a start too.
+* ``--mode slowstep``: A/A, but the candidate's unit runs vLLM with the plugin
+  of ``benchmarks/inject/`` (copied to the host's ``--inject-dir`` first):
+  every engine step sleeps ``--slow-step`` times its own duration, so a
+  server kept busy serves ``1 / (1 + f)`` of its throughput (0.1765: 15%
+  slower). It scales vLLM's own work, not the CPU it gets, so its size does
+  not hang on how busy the server is (``--mode hog`` did: 15% of the CPU cost
+  0-11% of throughput). A-B-A's second baseline run and a rollback use the
+  serving unit, without it. Every PASS is a miss; after one, ``deploy.yml``
+  puts the plain unit back.
 
 Each run's verdict and estimate come from the ledger (its own file,
 ``--ledger``); the baseline and candidate trials stay there in the order they
@@ -153,6 +162,40 @@ class CandidateHog:
         self._set(False)
 
 
+def slow_step_environment(args: argparse.Namespace) -> dict[str, str]:
+    """Copies the plugin to the host; the candidate's environment: the
+    inventory's own ``vllm_service_environment`` plus the plugin's two."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
+    hosts: dict[str, dict[str, Any]] = json.loads(
+        subprocess.run(
+            ["ansible-inventory", "--list"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["_meta"]["hostvars"]
+    first: dict[str, Any] = next(iter(hosts.values()), {})
+    base = first.get("vllm_service_environment") or {}
+    subprocess.run(
+        [
+            "ansible",
+            "all",
+            "-b",
+            "-m",
+            "ansible.builtin.copy",
+            "-a",
+            f"src={ROOT / 'benchmarks/inject'}/ dest={args.inject_dir}/ mode=u=rwX,go=rX",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return {**base, "PYTHONPATH": args.inject_dir, "BENCHGATE_SLOW_STEP": str(args.slow_step)}
+
+
 def throughput(details: dict[str, Any]) -> dict[str, Any]:
     for metric in details.get("metrics", []):
         if metric.get("metric") == "output_tokens_per_s":
@@ -164,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--mode", choices=("aa", "quota", "hog"), required=True)
+    ap.add_argument("--mode", choices=("aa", "quota", "hog", "slowstep"), required=True)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--version", default="0.32.0", help="the release that serves on the host")
     ap.add_argument("--quota", default="85%", help="--mode quota: the candidate's CPUQuota=")
@@ -175,6 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="bin/vllm serve",
         help="--mode hog: a string of the server's command line",
     )
+    ap.add_argument(
+        "--slow-step", type=float, default=0.1765, help="--mode slowstep: the sleep per step"
+    )
+    ap.add_argument(
+        "--inject-dir", default="/opt/benchgate-inject", help="--mode slowstep: on the host"
+    )
     ap.add_argument("--ledger", type=Path, default=ROOT / "benchmarks/data/real-runs.sqlite")
     ap.add_argument("--log", type=Path, default=Path("/tmp/gate_real_runs.log"))
     ap.add_argument("--json", type=Path, help="append one JSON line per run here")
@@ -182,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     extra = ["-e", f"vllm_service_cpu_quota={args.quota}"] if args.mode == "quota" else []
+    if args.mode == "slowstep":
+        extra = ["-e", json.dumps({"vllm_service_environment": slow_step_environment(args)})]
     verdicts: Counter[str] = Counter()
     minutes: list[float] = []
     for i in range(1, args.runs + 1):
@@ -212,13 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             with args.json.open("a") as out:
                 row = {"mode": args.mode, "run": i, "rc": rc, "minutes": took, "verdict": verdict}
                 out.write(json.dumps({**row, "throughput": tok}) + "\n")
-        if args.mode == "quota" and verdict == "PASS":
+        if args.mode in ("quota", "slowstep") and verdict == "PASS":
             # A missed regression stays on the host: put the uncapped unit back.
             playbook(args, "deploy.yml", [], args.log)
 
     n = sum(verdicts.values())
     blocked = n - verdicts["PASS"]
     what = "false blocks" if args.mode == "aa" else "detected"
+    if args.mode == "slowstep":
+        print(f"(each engine step of the candidate slept {args.slow_step} of its duration)")
     if args.mode == "hog":
         print(
             f"(the hog took {args.hog_duty:.0%} of CPU {args.hog_cpu} while the candidate served)"
