@@ -27,7 +27,7 @@ def fake_vllm(monkeypatch):
     names = ["vllm", "vllm.v1", "vllm.v1.engine", "vllm.v1.engine.core"]
     for name in names:
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    sys.modules["vllm.v1.engine.core"].EngineCore = EngineCore  # type: ignore[attr-defined]
+    sys.modules["vllm.v1.engine.core"].EngineCoreProc = EngineCore  # type: ignore[attr-defined]
     monkeypatch.syspath_prepend(str(INJECT))
     sys.modules.pop("benchgate_slowstep", None)
     return EngineCore
