@@ -26,6 +26,12 @@ Example: ``--placements split,split+hashseed,split+hashseed+noaslr``. The
 summary's "start-to-start" column is the spread of the runs' medians: each
 run is a fresh start.
 
+``+slow<f>`` (e.g. ``split+slow0.25``) serves with the injected regression of
+``benchmarks/inject/`` (every engine step sleeps ``f`` times its duration):
+alternating with the same placement without it, the ratio of the medians is
+the regression's realized size on this machine (``gate_real_runs.py --mode
+slowstep`` then counts how often the gate blocks it).
+
 Example (about 25 minutes on the 2-core VM)::
 
     scripts/bench-vllm-venv.sh 0.32.0
@@ -60,8 +66,14 @@ def placement_env(name: str, last: int) -> tuple[list[str], dict[str, str], list
             env = {**env, "PYTHONHASHSEED": "0"}
         elif fix == "noaslr":
             prefix = ["setarch", os.uname().machine, "-R", *prefix]
+        elif fix.startswith("slow"):
+            env = {
+                **env,
+                "PYTHONPATH": str(ROOT / "benchmarks" / "inject"),
+                "BENCHGATE_SLOW_STEP": str(float(fix[4:])),
+            }
         else:
-            raise SystemExit(f"unknown suffix +{fix}: +hashseed, +noaslr")
+            raise SystemExit(f"unknown suffix +{fix}: +hashseed, +noaslr, +slow<f>")
     return prefix, env, client
 
 
