@@ -206,7 +206,7 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--max-regression-pct",
         type=float,
-        default=5.0,
+        default=stats.DEFAULT_MAX_REGRESSION_PCT,
         help="largest tolerated regression in percent (default: %(default)s)",
     )
     p.add_argument(
@@ -233,7 +233,12 @@ def _add_judge(subparsers: Any) -> None:
         default="fail",
         help="what a FAIL of a non-critical metric does (default: %(default)s)",
     )
-    p.add_argument("--alpha", type=float, default=0.05, help="significance (default: 0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=stats.GateConfig.alpha,
+        help="significance (default: %(default)s)",
+    )
     p.add_argument(
         "--stage-correction",
         choices=stages.CORRECTIONS,
@@ -241,7 +246,12 @@ def _add_judge(subparsers: Any) -> None:
         help="staged results: split alpha over the stages, so that the staged verdict "
         "falsely fails no more often than one stage would (default: %(default)s)",
     )
-    p.add_argument("--min-trials", type=int, default=3, help="valid trials per side (default: 3)")
+    p.add_argument(
+        "--min-trials",
+        type=int,
+        default=stats.GateConfig.min_trials,
+        help="valid trials per side (default: %(default)s)",
+    )
     p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
     p.add_argument(
         "--fail-requires-bound",

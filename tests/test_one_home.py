@@ -1,0 +1,77 @@
+"""Each default has one home; where Ansible needs the literal again (a module's
+DOCUMENTATION and argument_spec, a role's defaults), it must equal that home."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchgate import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gate_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "benchgate_gate_home", ROOT / "plugins" / "modules" / "benchgate_gate.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def test_the_gate_modules_defaults_are_the_packages() -> None:
+    module = _gate_module()
+    documented = yaml.safe_load(module.DOCUMENTATION)["options"]
+    config = stats.GateConfig()
+    home = {
+        "metrics": list(stats.DEFAULT_METRICS),
+        "critical_metrics": list(stats.DEFAULT_CRITICAL),
+        "max_regression_pct": stats.DEFAULT_MAX_REGRESSION_PCT,
+        "alpha": config.alpha,
+        "min_trials": config.min_trials,
+        "noncritical_fail": config.noncritical_fail,
+        "fail_requires_bound": config.fail_requires_bound,
+        "latency_stat": config.latency_stat,
+    }
+    for name, value in home.items():
+        assert module.ARGUMENT_SPEC[name]["default"] == value, name
+        assert documented[name]["default"] == value, name
+
+
+def test_the_roles_gate_defaults_are_the_packages() -> None:
+    defaults = _yaml(ROOT / "roles" / "benchgate" / "defaults" / "main.yml")
+    config = stats.GateConfig()
+    assert defaults["benchgate_max_regression_pct"] == stats.DEFAULT_MAX_REGRESSION_PCT
+    assert defaults["benchgate_run_spread_pct"] == config.run_spread_pct
+    assert defaults["benchgate_set_aside_slowest"] == config.set_aside_slowest
+
+
+def test_fallbacks_for_other_roles_settings_equal_their_defaults() -> None:
+    """`x | default(v)` outside x's role must use x's own default."""
+    defaults: dict[str, Any] = {}
+    for role in (ROOT / "roles").iterdir():
+        path = role / "defaults" / "main.yml"
+        if path.exists():
+            defaults.update(_yaml(path) or {})
+    pattern = re.compile(
+        r"\b(vllm_[a-z_]+|benchgate_[a-z_]+) \| default\(('[^']*'|[0-9.]+|\{\}|\[\])\)"
+    )
+    found = 0
+    for path in [*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/*/*.yml")]:
+        for name, raw in pattern.findall(path.read_text()):
+            if name not in defaults or "{{" in str(defaults[name]):
+                continue
+            found += 1
+            where = f"{path.relative_to(ROOT)}: {name} | default({raw})"
+            assert yaml.safe_load(raw) == defaults[name], where
+    assert found > 0
