@@ -120,7 +120,7 @@ EXAMPLES = r"""
     arms:
       - {name: "off", config: {}}
       - {name: ngram-k3, config: {method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}}
-    # The result of each arm's benchmark, by arm name (playbooks/tasks/speculative_arm.yml).
+    # The result of each arm's benchmark, by arm name (roles/benchgate/tasks/speculative_arm.yml).
     results: "{{ __benchgate_arm_results }}"
     objective: "{{ benchgate_speculative_objective | default('output_tokens_per_s') }}"
     ledger: "{{ benchgate_ledger | default(playbook_dir ~ '/../artifacts/ledger.sqlite') }}"
