@@ -108,6 +108,9 @@ BATCHES = {
     "7": ["v26-off", "v26-d06b-k1-x2", "v26-d4b-k2-x2"],
     "8": ["v24-off", "v24-d4b-k2", "v24-d4b-k4"],
     "9": ["v24-d4b-k5", "v24-d06b-k1", "v24-d06b-k5"],
+    # what fits the third session's device time after the machine refused to
+    # start six times: the 4B draft's missing k on 0.24.0 (plain from 12-05)
+    "10": ["v24-d4b-k2", "v24-d4b-k4", "v24-d4b-k5"],
 }
 
 
