@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -83,8 +84,12 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
     # folder); where two hold the same run or file, the one named first wins
     ref_runs: dict[str, dict] = {}
     ref_files: dict[str, str] = {}
+    ref_plain: dict[str, tuple[str, str]] = {}  # a plain run this session lacks
     for reference in references or []:
         ref = Path(reference)
+        for f in sorted((ref / "results").glob("v*-off-c*.json")):
+            if re.fullmatch(r"v\d+-off-c\d+", f.stem) and not (src / f.name).exists():
+                ref_plain.setdefault(f.name, (f.read_text(), reference))
         for name, run in json.loads((ref / "summary.json").read_text())["runs"].items():
             ref_runs.setdefault(name, run)
         for cal_name in DRAFT_CALIBRATION.values():
@@ -106,6 +111,14 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
             shutil.copy(f, res_out / f.name)
     for name, text in ref_files.items():
         (res_out / name).write_text(text)
+    # Arms measured without their release's plain run in this session: the
+    # plain run of the latest reference stands in (recorded in the summary).
+    plain_from: dict[str, str] = {}
+    for name, (text, reference) in ref_plain.items():
+        if any(f.name.startswith(name.split("-off-")[0] + "-d") for f in src.glob("v*-c*.json")):
+            (res_out / name).write_text(text)
+            results[name[: -len(".json")]] = json.loads(text)
+            plain_from[name[: -len(".json")]] = reference
     servers = {
         f.name[: -len(".server.json")]: json.loads(f.read_text()) for f in src.glob("*.server.json")
     }
@@ -114,6 +127,8 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
     db.unlink(missing_ok=True)
     log: list[str] = []
     summary: dict = {"verdicts": {}, "ab": {}, "runs": {}, "noise": {}, "advisor": {}}
+    if plain_from:
+        summary["plain_from_reference"] = plain_from
 
     # --- the upgrade gate: 0.24.0 (baseline) -> 0.26.0 (candidate), plain decoding, per load
     for load in LOADS:
@@ -206,7 +221,7 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
                 )
                 arms, arm_results = [], {}
                 for name in names:
-                    config = dict(servers[name]["speculative"] or {})
+                    config = dict(servers.get(name, {}).get("speculative") or {})
                     arm = name[len(vkey) + 1 :].removesuffix("-x2")  # whichever server ran it
                     arm = arm.replace("d4b", "draft4b").replace("d06b", "draft06b")
                     arms.append(ab.Arm(arm, config))
@@ -299,6 +314,8 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
             "per_position_acceptance": [round(x, 4) for x in per_pos],
             "ready_s": servers.get(base_name, {}).get("ready_s"),
         }
+        if name in plain_from:
+            row["from_reference"] = plain_from[name]
         spec = servers[base_name]["speculative"] if base_name in servers else None
         if spec and per_pos and (v, load) in plain:
             k = spec["num_speculative_tokens"]
