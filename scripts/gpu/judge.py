@@ -66,6 +66,13 @@ def sh(cmd: list[str], log: list[str], check: bool = False) -> subprocess.Comple
     return res
 
 
+def judge_json(base: Path, cand: Path, log: list[str], throughput_only: bool = False) -> dict:
+    """`benchgate judge --json` of two result files (output tok/s alone, or every metric)."""
+    metric = ["--metric", "output_tokens_per_s"] if throughput_only else []
+    cmd = [*BENCHGATE, "judge", "--baseline", str(base), "--candidate", str(cand), *metric]
+    return json.loads(sh([*cmd, "--json"], log).stdout)
+
+
 def tok_s(result: dict) -> float:
     return float(result["summary"]["metrics"]["output_tokens_per_s"]["median"])
 
@@ -189,21 +196,8 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
             bname = f"{b}-{load}-r2" if a == b else f"{b}-{load}"
             if bname not in results or f"{a}-{load}" not in results:
                 continue
-            res = sh(
-                BENCHGATE
-                + [
-                    "judge",
-                    "--baseline",
-                    str(res_out / f"{a}-{load}.json"),
-                    "--candidate",
-                    str(res_out / f"{bname}.json"),
-                    "--json",
-                ],
-                log,
-            )
-            summary["noise"].setdefault("aa_verdicts", {})[f"{label} {load}"] = json.loads(
-                res.stdout
-            )["verdict"]
+            same = judge_json(res_out / f"{a}-{load}.json", res_out / f"{bname}.json", log)
+            summary["noise"].setdefault("aa_verdicts", {})[f"{label} {load}"] = same["verdict"]
 
     # --- the speculative A/B per release and load, as the playbook's module; where
     # plain and some arms ran twice on one server, the A/B of the second runs too
@@ -262,25 +256,13 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
         if not name.endswith("-r2") or "-off-" in name:
             continue
         first = name.removesuffix("-r2")
-        res = sh(
-            [
-                *BENCHGATE,
-                "judge",
-                "--baseline",
-                str(res_out / f"{first}.json"),
-                "--candidate",
-                str(res_out / f"{name}.json"),
-                "--metric",
-                "output_tokens_per_s",
-                "--json",
-            ],
-            log,
+        again = judge_json(
+            res_out / f"{first}.json", res_out / f"{name}.json", log, throughput_only=True
         )
-        m = json.loads(res.stdout)["metrics"][0]
         summary["noise"].setdefault("arm_repeats", {})[first] = {
             "tok_s": [round(tok_s(results[first]), 1), round(tok_s(results[name]), 1)],
-            "verdict": json.loads(res.stdout)["verdict"],
-            "reason": m.get("reason"),
+            "verdict": again["verdict"],
+            "reason": again["metrics"][0].get("reason"),
         }
 
     # --- runs, acceptance, the advisor beside each
@@ -384,21 +366,7 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
                     cut.pop("summary", None)
                     paths.append(Path(tmp) / f"{name}-{n}.json")
                     paths[-1].write_text(json.dumps(cut))
-                res = sh(
-                    BENCHGATE
-                    + [
-                        "judge",
-                        "--baseline",
-                        str(paths[0]),
-                        "--candidate",
-                        str(paths[1]),
-                        "--metric",
-                        "output_tokens_per_s",
-                        "--json",
-                    ],
-                    log[:0],
-                )
-                m = json.loads(res.stdout)["metrics"][0]
+                m = judge_json(paths[0], paths[1], [], throughput_only=True)["metrics"][0]
                 summary["noise"].setdefault("first_n_trials", {})[f"{a} vs {b}, n={n}"] = m.get(
                     "reason"
                 )
