@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from _load import load_file
 from benchgate import ab, ledger, serve
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
@@ -159,11 +159,7 @@ MODULE_PATH = (
 
 
 def _load_module() -> Any:
-    spec = importlib.util.spec_from_file_location("benchgate_speculative_ab", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(MODULE_PATH, "benchgate_speculative_ab")
 
 
 class ExitJson(Exception):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _load import load_file
 from benchgate.bench import BenchmarkError, module_run, probe_from_module_params
 from benchgate.cli import main
 from benchgate.cli_bench import host_lines
@@ -21,13 +22,7 @@ CALIBRATION = REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"
 
 
 def params(**kw):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "vllm_benchmark", REPO / "plugins" / "modules" / "vllm_benchmark.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_file(REPO / "plugins" / "modules" / "vllm_benchmark.py", "vllm_benchmark")
     base = {name: s.get("default") for name, s in mod.ARGUMENT_SPEC.items()}
     base.update(base_url="http://127.0.0.1:9", workload=DEMO)
     base.update(kw)

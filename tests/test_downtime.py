@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from _load import load_file
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "downtime.py"
@@ -27,12 +27,7 @@ SLACK = 0.35
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchgate_downtime", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(SCRIPT, "benchgate_downtime", register=True)  # dataclasses
 
 
 downtime = load()

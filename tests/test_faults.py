@@ -9,7 +9,6 @@ molecule/upgrade_regression/faults.yml; docs/faults.md lists them all.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from _load import load_file
 from benchgate import ledger
 from benchgate import stats as bg_stats
 from benchgate.bench import Progress, run_benchmark
@@ -38,11 +38,7 @@ SPECS = bg_stats.make_specs(max_regression_pct=25.0)
 
 
 def _load_gate() -> Any:
-    spec = importlib.util.spec_from_file_location("benchgate_gate_faults", GATE_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(GATE_PATH, "benchgate_gate_faults")
 
 
 def workload(trials: int = TRIALS, timeout_s: float = 10.0) -> dict[str, Any]:

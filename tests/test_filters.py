@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import builtins
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from _load import load_file
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 
 
 def _load_plugin():
-    spec = importlib.util.spec_from_file_location("bg_filter_vllm", ROOT / "plugins/filter/vllm.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "plugins/filter/vllm.py", "bg_filter_vllm")
 
 
 PLUGIN = _load_plugin()

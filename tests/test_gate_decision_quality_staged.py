@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _load import load_file
 from benchgate import stages, stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,12 +20,7 @@ TPUT = "output_tokens_per_s"
 
 @pytest.fixture(scope="module")
 def mod() -> Any:
-    spec = importlib.util.spec_from_file_location("benchgate_dq_staged", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_file(SCRIPT, "benchgate_dq_staged", register=True)  # dataclasses
 
 
 def quiet_pools(mod: Any) -> Any:

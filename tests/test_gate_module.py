@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sqlite3
@@ -13,17 +12,14 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from _load import load_file
 from benchgate import ledger
 
 MODULE_PATH = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "benchgate_gate.py"
 
 
 def _load_module() -> Any:
-    spec = importlib.util.spec_from_file_location("benchgate_gate", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(MODULE_PATH, "benchgate_gate")
 
 
 gate_module = _load_module()

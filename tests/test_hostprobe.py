@@ -3,7 +3,6 @@ nvidia-smi, the cold-start record (benchgate.hostprobe and wait_ready.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _load import load_file
 from benchgate import hostprobe as hp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -417,10 +417,7 @@ def test_service_probe_without_a_service():
 
 
 def load_wait_ready():
-    spec = importlib.util.spec_from_file_location("wait_ready", WAIT_READY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(WAIT_READY, "wait_ready")
 
 
 def test_wait_ready_record_and_what_the_benchmark_reads(tmp_path):

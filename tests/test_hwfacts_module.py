@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,16 +10,15 @@ from pathlib import Path
 
 import yaml
 
+from _load import load_file
+
 REPO = Path(__file__).resolve().parents[1]
 MODULE = REPO / "plugins" / "modules" / "vllm_facts.py"
 DATA = REPO / "tests" / "data" / "nvidia-smi"
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("vllm_facts", MODULE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(MODULE, "vllm_facts")
 
 
 def test_documentation_matches_argument_spec():

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from _load import load_file
 from benchgate import cli_bench, cli_rollout, numfmt
 from benchgate.numfmt import MISSING, change_interval, change_words, number, pct_change
 
@@ -37,12 +37,9 @@ def test_a_change_is_signed_with_the_ascii_minus() -> None:
 
 
 def test_the_tables_write_a_figure_the_same_way() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "bg_numfmt_summary", ROOT / "plugins" / "callback" / "benchgate_summary.py"
+    callback = load_file(
+        ROOT / "plugins" / "callback" / "benchgate_summary.py", "bg_numfmt_summary"
     )
-    assert spec and spec.loader
-    callback = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(callback)
     assert callback._tok(1234.5) == cli_rollout._tok_s(1234.5) == number(1234.5) == "1,234.5"
     assert callback._tok(None) == cli_rollout._tok_s(None) == cli_bench._mib(None) == MISSING
     assert callback._estimate({"before_tok_s": 400, "after_tok_s": 300}) == "25.0% worse"

@@ -3,26 +3,20 @@ DOCUMENTATION and argument_spec, a role's defaults), it must equal that home."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from _load import load_file
 from benchgate import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gate_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "benchgate_gate_home", ROOT / "plugins" / "modules" / "benchgate_gate.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "plugins" / "modules" / "benchgate_gate.py", "benchgate_gate_home")
 
 
 def _yaml(path: Path) -> Any:

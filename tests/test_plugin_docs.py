@@ -7,7 +7,6 @@ inventories use (or one the example itself registers).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +21,8 @@ import pytest
 import yaml
 from jinja2 import Environment, nodes
 
+from _load import load_file
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_DOC = shutil.which("ansible-doc", path=str(Path(sys.executable).parent)) or shutil.which(
     "ansible-doc"
@@ -35,10 +36,7 @@ def filter_names() -> list[str]:
     """The names the filter plugin registers (not those of the doc files)."""
     names: list[str] = []
     for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"bg_docs_{path.stem}", path)
-        assert spec and spec.loader
-        plugin = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(plugin)
+        plugin = load_file(path, f"bg_docs_{path.stem}")
         names.extend(plugin.FilterModule().filters())
     return sorted(names)
 

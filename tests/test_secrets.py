@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from _load import load_file
 from benchgate.bench import BenchmarkError, module_run
 from benchgate.cli import main
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
@@ -74,14 +75,8 @@ def test_cli_result_holds_no_api_key(tmp_path, capsys: pytest.CaptureFixture[str
 
 
 def load_wait_ready():
-    import importlib.util
-
     path = REPO / "roles" / "vllm_service" / "files" / "wait_ready.py"
-    spec = importlib.util.spec_from_file_location("wait_ready_secrets", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, "wait_ready_secrets")
 
 
 def test_wait_ready_reads_the_key_from_the_env_file_not_argv(tmp_path):

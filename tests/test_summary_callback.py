@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from _load import load_file
+
 pytest.importorskip("ansible")
 
 _PATH = Path(__file__).parent.parent / "plugins" / "callback" / "benchgate_summary.py"
-_SPEC = importlib.util.spec_from_file_location("benchgate_summary", _PATH)
-assert _SPEC and _SPEC.loader
-summary = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(summary)
+summary = load_file(_PATH, "benchgate_summary")
 
 
 def test_one_line_per_host_with_change_and_rollback() -> None:

@@ -7,13 +7,14 @@ or ``.cache/models`` in the repository (``.venv/bin/python scripts/make_tiny_mod
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from _load import load_file
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -45,10 +46,7 @@ def _tensors(path: Path) -> dict[str, Any]:
 
 
 def test_markers_match_the_generator() -> None:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(SCRIPT, "make_tiny_model")
     digest = module.params_hash()
     assert module.is_complete(TARGET, digest), "stale build: rerun make_tiny_model.py"
     assert module.is_complete(DRAFT, digest), "stale build: rerun make_tiny_model.py"

@@ -7,7 +7,6 @@ run; a failing pip leaves no folder behind and says what failed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,15 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
+from _load import load_file
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = shutil.which(
     "ansible-playbook", path=str(Path(sys.executable).parent)
 ) or shutil.which("ansible-playbook")
 
-_spec = importlib.util.spec_from_file_location("bg_failure", ROOT / "plugins/filter/failure.py")
-assert _spec and _spec.loader
-failure = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(failure)
+failure = load_file(ROOT / "plugins/filter/failure.py", "bg_failure")
 
 
 def test_failure_reason_names_the_task_the_msg_and_the_end_of_stderr() -> None:

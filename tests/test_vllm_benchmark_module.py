@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from _load import load_file
 from benchgate.bench import module_run, workload_from_module_params
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 from benchgate.workload import WorkloadError, load_workload
@@ -22,10 +22,7 @@ DEMO = str(REPO / "workloads" / "demo.yml")
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("vllm_benchmark", MODULE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(MODULE, "vllm_benchmark")
 
 
 def params(**kw):
