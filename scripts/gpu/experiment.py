@@ -111,6 +111,11 @@ BATCHES = {
     # what fits the third session's device time after the machine refused to
     # start six times: the 4B draft's missing k on 0.24.0 (plain from 12-05)
     "10": ["v24-d4b-k2", "v24-d4b-k4", "v24-d4b-k5"],
+    # an H100 (80 GB) came instead of the H200: one 14B server at a time
+    "11": ["v24-off"],
+    "12": ["v24-d4b-k2"],
+    "13": ["v24-d4b-k4"],
+    "14": ["v24-d4b-k5"],
 }
 
 

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/gpu/judge.py RESULTS_DIR docs/calibration/h200-vllm
     .venv/bin/python scripts/gpu/judge.py RESULTS_DIR OUT_DIR --reference docs/calibration/h200-vllm
+    .venv/bin/python scripts/gpu/judge.py RESULTS_DIR OUT_DIR --device H100 ...
 
 RESULTS_DIR is the `results/` folder of a tarball that scripts/gpu/device.sh
 collect brought back. With --reference (the output folder of an earlier
@@ -85,7 +86,9 @@ def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.mean(values)
 
 
-def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int:
+def main(
+    src_dir: str, out_dir: str, references: list[str] | None = None, device: str = "H200"
+) -> int:
     src, out = Path(src_dir), Path(out_dir)
     # read the references before anything under out is removed (one may be the same
     # folder); where two hold the same run or file, the one named first wins
@@ -139,7 +142,7 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
 
     # --- the upgrade gate: 0.24.0 (baseline) -> 0.26.0 (candidate), plain decoding, per load
     for load in LOADS:
-        host = f"h200-{load}"
+        host = f"{device.lower()}-{load}"
         base, cand = res_out / f"v24-off-{load}.json", res_out / f"v26-off-{load}.json"
         if not (base.exists() and cand.exists()):
             print(f"no upgrade verdict at {load}: a plain run is missing", file=sys.stderr)
@@ -238,7 +241,7 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
                 if run:  # second runs: kept beside the first, not recorded twice
                     summary.setdefault("ab_second_runs", {})[f"{release} {load}"] = out_ab
                     continue
-                host = f"h200-{load}"
+                host = f"{device.lower()}-{load}"
                 for arm in arms:
                     ledger.record_result(
                         str(db),
@@ -390,7 +393,7 @@ def main(src_dir: str, out_dir: str, references: list[str] | None = None) -> int
             "--results",
             str(res_out),
             "--title",
-            "benchgate on the H200: vLLM 0.24.0 -> 0.26.0, speculative decoding",
+            f"benchgate on the {device}: vLLM 0.24.0 -> 0.26.0, speculative decoding",
             "--reference-acceptance",
             "79.3,65.1,55.0,45.3,38.6",
             "--reference-label",
@@ -460,5 +463,10 @@ if __name__ == "__main__":
         action="append",
         help="output folder of an earlier session (summary.json); repeat it, latest first",
     )
+    cli.add_argument(
+        "--device",
+        default="H200",
+        help="the GPU the session ran on: the ledger's host names and the report's title",
+    )
     a = cli.parse_args()
-    sys.exit(main(a.results_dir, a.out_dir, a.reference))
+    sys.exit(main(a.results_dir, a.out_dir, a.reference, a.device))
