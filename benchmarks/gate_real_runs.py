@@ -35,6 +35,17 @@ baseline, candidate, restart, gate, keep or roll back. Two modes:
   serving unit, without it. Every PASS is a miss; after one, ``deploy.yml``
   puts the plain unit back.
 
+* ``--mode demo`` / ``--mode demo-slow``: the quick start's first command as
+  a newcomer runs it, again and again: the demo host removed, then
+  ``scripts/demo.sh`` (``--slow-candidate`` for ``demo-slow``): a new demo
+  host, 0.31.0 deployed, ``upgrade.yml`` to 0.32.0 with the demo's settings
+  (the speculative A/B, A-B-A). ``--ledger`` must be the demo's own
+  (``artifacts/ledger.sqlite``). ``demo``: every verdict other than PASS or
+  FAIL is undecided; ``demo-slow``: every PASS is a miss. Set
+  ``BENCHGATE_IMAGE=localhost/benchgate-releases:bookworm`` to start the host
+  with both releases installed (the measurement is the same; the installs
+  are skipped).
+
 Each run's verdict and estimate come from the ledger (its own file,
 ``--ledger``); the baseline and candidate trials stay there in the order they
 ran, so ``benchmarks/gate_replay.py`` can replay them. Prints one line per run
@@ -196,6 +207,18 @@ def slow_step_environment(args: argparse.Namespace) -> dict[str, str]:
     return {**base, "PYTHONPATH": args.inject_dir, "BENCHGATE_SLOW_STEP": str(args.slow_step)}
 
 
+def demo(slow: bool, log: Path) -> int:
+    """The quick start's first command on a new demo host (see ``--mode demo``)."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
+    with log.open("ab") as out:
+        subprocess.run(
+            ["scripts/demo-host.sh", "--rm"], cwd=ROOT, env=env, stdout=out, stderr=out, check=True
+        )
+        cmd = ["scripts/demo.sh", *(["--slow-candidate"] if slow else [])]
+        done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return done.returncode
+
+
 def throughput(details: dict[str, Any]) -> dict[str, Any]:
     for metric in details.get("metrics", []):
         if metric.get("metric") == "output_tokens_per_s":
@@ -207,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--mode", choices=("aa", "quota", "hog", "slowstep"), required=True)
+    ap.add_argument(
+        "--mode", choices=("aa", "quota", "hog", "slowstep", "demo", "demo-slow"), required=True
+    )
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--version", default="0.32.0", help="the release that serves on the host")
     ap.add_argument("--quota", default="85%", help="--mode quota: the candidate's CPUQuota=")
@@ -237,15 +262,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     minutes: list[float] = []
     for i in range(1, args.runs + 1):
         started = time.monotonic()
-        if args.mode == "hog":
+        latest = ledger.latest_verdicts(args.ledger) if args.ledger.exists() else {}
+        before = max((v.id for v in latest.values()), default=0)
+        if args.mode in ("demo", "demo-slow"):
+            rc = demo(args.mode == "demo-slow", args.log)
+        elif args.mode == "hog":
             with CandidateHog(args.server_match, args.hog_cpu, args.hog_duty):
                 rc = playbook(args, "upgrade.yml", extra, args.log)
         else:
             rc = playbook(args, "upgrade.yml", extra, args.log)
         took = (time.monotonic() - started) / 60
         minutes.append(took)
-        latest = ledger.latest_verdicts(args.ledger)
+        latest = ledger.latest_verdicts(args.ledger) if args.ledger.exists() else {}
         record = max(latest.values(), key=lambda v: v.id) if latest else None
+        if record is not None and record.id <= before:
+            record = None  # this run recorded no verdict
         verdict = record.verdict if record else "ERROR"
         verdicts[verdict] += 1
         tok = throughput(record.details if record else {})
@@ -270,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = sum(verdicts.values())
     blocked = n - verdicts["PASS"]
     what = "false blocks" if args.mode == "aa" else "detected"
+    if args.mode == "demo":
+        blocked = n - verdicts["PASS"] - verdicts["FAIL"]
+        what = "undecided"
     if args.mode == "slowstep":
         print(f"(each engine step of the candidate slept {args.slow_step} of its duration)")
     if args.mode == "hog":
