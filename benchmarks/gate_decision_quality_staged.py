@@ -79,6 +79,7 @@ import json
 import math
 import random
 import shlex
+import statistics
 import sys
 import time
 from collections import Counter
@@ -414,6 +415,60 @@ def verdict_line(aa: StagedTally, detections: Mapping[str, StagedTally]) -> str:
     return "; ".join(parts)
 
 
+def run_level(result: Mapping[str, Any], stage: str, metric: str) -> float:
+    """One recorded run's level of ``metric`` at ``stage``: the median of its valid trials
+    (a latency's per-trial median, as the gate reads it)."""
+    values = []
+    for trial in result.get("trials") or []:
+        if trial.get("stage") != stage or not trial.get("valid", True):
+            continue
+        value = (trial.get("metrics") or {}).get(metric)
+        value = value.get("median") if isinstance(value, Mapping) else value
+        if isinstance(value, (int, float)) and value > 0:
+            values.append(float(value))
+    if not values:
+        raise SystemExit(f"stage {stage}: no valid trial with {metric}")
+    return statistics.median(values)
+
+
+def spread_table(
+    runs: Sequence[Mapping[str, Any]], names: Sequence[str], metrics: Sequence[str], alpha: float
+) -> list[str]:
+    """The run-to-run spread of the recorded runs, per stage and metric, two ways, and the
+    limit it lets A-B-A decide at the stage's alpha (``stats.decidable_limit_pct``).
+
+    ``consecutive``: sd(log(m[i+1] / m[i])) / sqrt(2), the estimate docs/benchmarks.md uses
+    ("Runs, not trials"). ``A-B-A``: sd(log m[i+1] - (log m[i] + log m[i+2]) / 2) /
+    sqrt(1.5), what the spread looks like to an A-B-A contrast, where a drift that is
+    steady over three runs cancels."""
+    k_alpha = alpha / len(names)
+    lines = [
+        f"**Run-to-run spread of the {len(runs)} recorded runs** (per stage and metric; "
+        f"decidable limit at alpha {k_alpha:g} a stage for A-B-A's 2+1 runs and, after the "
+        "extra candidate run, 2+2)",
+        "",
+        "| stage | metric | run medians | consecutive | A-B-A | decidable limit 2+1, 2+2 |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for stage in names:
+        for metric in metrics:
+            levels = [math.log(run_level(r, stage, metric)) for r in runs]
+            steps = [b - a for a, b in zip(levels, levels[1:], strict=False)]
+            aba = [levels[i + 1] - (levels[i] + levels[i + 2]) / 2 for i in range(len(levels) - 2)]
+            consecutive = 100 * statistics.stdev(steps) / math.sqrt(2) if len(steps) > 1 else 0.0
+            contrast = 100 * statistics.stdev(aba) / math.sqrt(1.5) if len(aba) > 1 else 0.0
+            limits = ", ".join(
+                f"{stats.decidable_limit_pct(consecutive, k, k_alpha):.1f}%"
+                for k in ((2, 1), (2, 2))
+            )
+            medians = " ".join(f"{math.exp(v):.4g}" for v in levels)
+            lines.append(
+                f"| {stage} | {metric} | {medians} | {consecutive:.1f}% | {contrast:.1f}% "
+                f"| {limits} |"
+            )
+    return lines
+
+
 def table(
     rows: Sequence[tuple[str, str, StagedTally, str | None]], names: Sequence[str]
 ) -> list[str]:
@@ -516,6 +571,7 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
                     )
                 )
             summaries.append(f"- replay {design}: {verdict_line(aa, found)}.")
+        lines += [*spread_table(runs, pools.names, metrics, args.alpha), ""]
         lines += [
             f"**Replay of {len(runs)} recorded runs in order** (each window of consecutive "
             "runs one comparison; windows overlap, so the intervals are too narrow; "

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +184,44 @@ def test_wilson_interval_is_scipys(mod):
     assert lo == 0.0 and 0.015 < hi < 0.02  # 0 of 200 still allows up to ~1.9%
     lo, hi = mod.wilson(190, 200)
     assert lo < 0.95 < hi
+
+
+def _levels_run(levels: dict[str, float]) -> dict[str, Any]:
+    """A staged run whose three trials per stage sit at one level (tok/s; TTFT as a median)."""
+    trials = []
+    for stage, level in levels.items():
+        for f in (0.99, 1.0, 1.01):
+            trials.append(
+                {
+                    "stage": stage,
+                    "valid": True,
+                    "metrics": {TPUT: level * f, "ttft_ms": {"median": 1000.0 / (level * f)}},
+                }
+            )
+    return {"trials": trials}
+
+
+def test_the_spread_table_measures_each_stage_from_its_run_medians(mod):
+    # single alternates +-5% around 100 (a spread); busy drifts steadily by 3% a run,
+    # which consecutive runs see and an A-B-A contrast cancels.
+    runs = [
+        _levels_run({"single": 100.0 * (1.05 if i % 2 else 0.95), "busy": 400.0 * 1.03**i})
+        for i in range(8)
+    ]
+    assert mod.run_level(runs[1], "single", TPUT) == pytest.approx(105.0)
+    assert mod.run_level(runs[1], "single", "ttft_ms") == pytest.approx(1000.0 / 105.0)
+    rows = {
+        tuple(line.split(" | ")[:2]): line
+        for line in mod.spread_table(runs, ["single", "busy"], [TPUT, "ttft_ms"], 0.05)
+        if line.startswith("| single") or line.startswith("| busy")
+    }
+    single = rows[("| single", TPUT)].split(" | ")
+    busy = rows[("| busy", TPUT)].split(" | ")
+    # log(1.05/0.95) = 0.100 alternating in sign: sd 0.107 / sqrt(2) = 7.6%
+    assert single[3] == "7.6%"
+    assert busy[3] == "0.0%" and busy[4] == "0.0%"  # a steady drift: no spread either way
+    steps = [math.log(1.05 / 0.95) * (1 if i % 2 == 0 else -1) for i in range(7)]
+    spread = 100 * statistics.stdev(steps) / math.sqrt(2)
+    two_one = stats.decidable_limit_pct(spread, (2, 1), 0.025)  # alpha 0.05 over two stages
+    assert single[5].startswith(f"{two_one:.1f}%, ")
+    assert two_one > 30  # a 7.6% spread leaves nothing a 12% limit could decide

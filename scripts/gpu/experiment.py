@@ -116,6 +116,15 @@ BATCHES = {
     "12": ["v24-d4b-k2"],
     "13": ["v24-d4b-k4"],
     "14": ["v24-d4b-k5"],
+    # one H100 (2026-12-05 evening), one server per batch: both plain servers
+    # (the upgrade verdict on one GPU), then 0.24.0's 0.6B draft at k=1 and 5
+    "15": ["v26-off"],
+    "16": ["v24-off"],
+    "17": ["v24-d06b-k1"],
+    "18": ["v24-d06b-k5"],
+    # the same evening's spare device time: 0.26.0's 0.6B draft at k=1 beside
+    # 0.24.0's (batch 17) on an H100
+    "19": ["v26-d06b-k1"],
 }
 
 

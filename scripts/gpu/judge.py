@@ -216,6 +216,10 @@ def main(
                     for n in results
                     if n.startswith(vkey) and n.endswith(f"-{load}{run}") and "restart" not in n
                 )
+                if len(names) < 2:  # plain alone (a session that ran no arm of it)
+                    if not run:
+                        print(f"no A/B for {release} at {load}: no arm ran", file=sys.stderr)
+                    continue
                 arms, arm_results = [], {}
                 for name in names:
                     config = dict(servers.get(name, {}).get("speculative") or {})
