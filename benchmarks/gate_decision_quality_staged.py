@@ -216,6 +216,8 @@ class Judge:
     specs: tuple[stats.MetricSpec, ...]
     config: stats.GateConfig
     correction: str = "bonferroni"
+    # stage -> gate block, over the ones the results carry (``--gates-from``)
+    gates: Mapping[str, Mapping[str, Any]] | None = None
 
     def __call__(
         self, baselines: Sequence[dict[str, Any]], candidates: Sequence[dict[str, Any]]
@@ -227,6 +229,7 @@ class Judge:
             list(self.specs),
             self.config,
             correction=self.correction,
+            gates=self.gates,
         )
         assert isinstance(verdict, stages.StagedVerdict)
         return verdict
@@ -500,6 +503,10 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
     slow = args.regression / 100.0
     by_trial = args.resample == "trials"
     schedules = args.schedule or [f"{default_trials(pools)}+16"]
+    gates = stage_gates_of(args.gates_from) if args.gates_from else None
+    gates_text = (
+        f"`{args.gates_from}`: {json.dumps(gates)}" if args.gates_from else "the records' own"
+    )
     lines = [
         f"Command: `{command}`",
         "",
@@ -511,6 +518,7 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
         f", output_tokens_per_s critical, the workload's stage gates, limit {args.limit:g}%, "
         f"run_spread_pct {args.run_spread:g}, alpha {args.alpha:g} split over "
         f"{len(pools.names)} stages ({args.correction}); INCONCLUSIVE blocks.",
+        f"- Stage gates: {gates_text}.",
         "",
     ]
     summaries = []
@@ -519,7 +527,7 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
         config = stats.GateConfig(
             alpha=args.alpha, fail_requires_bound=plan.config.fail_requires_bound, **config_kw
         )
-        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction)
+        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction, gates)
         aa = resampled(
             pools,
             plan,
@@ -554,7 +562,7 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
     if args.replay:
         runs = [_read(p) for p in args.sources]
         config = stats.GateConfig(alpha=args.alpha, **config_kw)
-        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction)
+        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction, gates)
         rows = []
         for design in args.replay:
             aa = replay(runs, design, judge, None, 1.0)
@@ -592,6 +600,15 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
     return "\n".join(lines)
 
 
+def stage_gates_of(path: str) -> dict[str, dict[str, Any]]:
+    """The ``gate`` block of every stage of a workload file (judge recorded runs with a
+    workload's current gates rather than the ones they were measured with)."""
+    workload = load_workload(path)
+    if not workload.staged:
+        raise SystemExit(f"{path}: not a staged workload (no stages:)")
+    return {str(st.name): dict(st.gate) for st in workload.stages if st.gate}
+
+
 def default_trials(pools: StagedPools) -> int:
     params = pools.workload.get("params") or {}
     trials = params.get("trials") if isinstance(params, Mapping) else None
@@ -621,6 +638,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(default: the workload's trials + 16, the playbook's benchgate_extra_trials)",
     )
     p.add_argument("--replay", action="append", type=check_design, help="AB+B, ABA+B (--from)")
+    p.add_argument(
+        "--gates-from",
+        metavar="WORKLOAD",
+        help="judge every stage with this workload's gate blocks (default: the records' own)",
+    )
     p.add_argument("--metrics", default=",".join(stats.DEFAULT_METRICS))
     p.add_argument("--alpha", type=float, default=stats.GateConfig.alpha)
     p.add_argument("--correction", choices=stages.CORRECTIONS, default="bonferroni")

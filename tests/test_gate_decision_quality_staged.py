@@ -116,6 +116,11 @@ def test_the_workloads_stage_gates_are_applied_as_the_module_applies_them(mod):
         s.stage: {m.metric for m in s.verdict.metrics if m.critical} for s in verdict.stages
     }
     assert critical == {"single": {TPUT}, "busy": {TPUT, "ttft_ms"}}  # demo-staged's busy gate
+    limits = {
+        (s.stage, m.metric): m.max_regression_pct for s in verdict.stages for m in s.verdict.metrics
+    }
+    assert limits[("busy", "ttft_ms")] == 20.0  # decidable on the 2-core host
+    assert limits[("busy", TPUT)] == limits[("single", "ttft_ms")] == 5.0  # the judge's limit
     assert [s.alpha for s in verdict.stages] == [0.025, 0.025]  # Bonferroni over 2 stages
 
 
@@ -225,3 +230,22 @@ def test_the_spread_table_measures_each_stage_from_its_run_medians(mod):
     two_one = stats.decidable_limit_pct(spread, (2, 1), 0.025)  # alpha 0.05 over two stages
     assert single[5].startswith(f"{two_one:.1f}%, ")
     assert two_one > 30  # a 7.6% spread leaves nothing a 12% limit could decide
+
+
+def test_gates_from_a_workload_replace_the_ones_the_records_carry(mod):
+    gates = mod.stage_gates_of(WORKLOAD)
+    assert gates == {
+        "busy": {"critical": [TPUT, "ttft_ms"], "thresholds": {"ttft_ms": 20.0}},
+    }
+    # A record measured before the threshold existed carries busy's gate without it;
+    # judged with --gates-from, busy's TTFT gets the workload's limit all the same.
+    pools = mod.synthetic_pools(WORKLOAD, seed=0)
+    run = mod.measure(pools, 6, random.Random(0), mod.dq.Noise(0.0, 0.0), 0.0, {}, False)
+    for stage in run["workload"]["params"]["stages"]:
+        stage.pop("gate", None)
+    plain = mod.Judge(tuple(stats.make_specs(None, 12.0)), stats.GateConfig())
+    with_gates = mod.Judge(tuple(stats.make_specs(None, 12.0)), stats.GateConfig(), gates=gates)
+    assert plain([run], [run]).stage("busy").verdict.metric("ttft_ms").max_regression_pct == 12.0
+    busy = with_gates([run], [run]).stage("busy").verdict
+    assert busy.metric("ttft_ms").max_regression_pct == 20.0
+    assert busy.metric("ttft_ms").critical
