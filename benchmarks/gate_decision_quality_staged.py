@@ -46,6 +46,11 @@ Two methods, on the same records:
   runs' trials of one stage. Windows overlap, so the comparisons are not
   independent: the intervals printed for replay are too narrow.
 
+With ``--from``, the report also gives each stage's run-to-run spread per
+metric and the limit it lets A-B-A decide. ``--gates-from WORKLOAD`` judges
+every stage with that workload's ``gate`` blocks instead of the ones the
+records were measured with (a gate changed after the runs).
+
 Rates carry a 95% Wilson interval (scipy) and the number of comparisons.
 
 Development (synthetic pools from the workload's stages; seconds):
