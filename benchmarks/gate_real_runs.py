@@ -219,11 +219,20 @@ def demo(slow: bool, log: Path) -> int:
         return done.returncode
 
 
-def throughput(details: dict[str, Any]) -> dict[str, Any]:
-    for metric in details.get("metrics", []):
-        if metric.get("metric") == "output_tokens_per_s":
-            return dict(metric)
-    return {}
+def throughputs(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdict's output tok/s comparison: one, or one per stage (each has "stage")."""
+    return [dict(m) for m in details.get("metrics", []) if m.get("metric") == "output_tokens_per_s"]
+
+
+def describe(tok: dict[str, Any]) -> str:
+    nan = float("nan")
+    stage = f"{tok['stage']}: " if tok.get("stage") else ""
+    return (
+        f"{stage}tok/s {tok.get('baseline_median', nan):.1f} -> "
+        f"{tok.get('candidate_median', nan):.1f}  change {tok.get('change_pct', nan):+.1f}% "
+        f"[{tok.get('change_lo_pct', nan):+.1f}%, {tok.get('change_hi_pct', nan):+.1f}%]  "
+        f"trials {tok.get('n_baseline')}+{tok.get('n_candidate')}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,21 +288,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = None  # this run recorded no verdict
         verdict = record.verdict if record else "ERROR"
         verdicts[verdict] += 1
-        tok = throughput(record.details if record else {})
-        print(
-            f"run {i:2d}: {verdict:12s} rc={rc} {took:4.1f} min  "
-            f"tok/s {tok.get('baseline_median', float('nan')):.1f} -> "
-            f"{tok.get('candidate_median', float('nan')):.1f}  change "
-            f"{tok.get('change_pct', float('nan')):+.1f}% "
-            f"[{tok.get('change_lo_pct', float('nan')):+.1f}%, "
-            f"{tok.get('change_hi_pct', float('nan')):+.1f}%]  "
-            f"trials {tok.get('n_baseline')}+{tok.get('n_candidate')}",
-            flush=True,
-        )
+        toks = throughputs(record.details if record else {})
+        figures = "; ".join(describe(tok) for tok in toks) or describe({})
+        print(f"run {i:2d}: {verdict:12s} rc={rc} {took:4.1f} min  {figures}", flush=True)
         if args.json:
             with args.json.open("a") as out:
                 row = {"mode": args.mode, "run": i, "rc": rc, "minutes": took, "verdict": verdict}
-                out.write(json.dumps({**row, "throughput": tok}) + "\n")
+                # Staged verdicts: "throughput" is the first stage's, "stages" has each.
+                first = toks[0] if toks else {}
+                staged = {"stages": toks} if any(t.get("stage") for t in toks) else {}
+                out.write(json.dumps({**row, "throughput": first, **staged}) + "\n")
         if args.mode in ("quota", "slowstep") and verdict == "PASS":
             # A missed regression stays on the host: put the uncapped unit back.
             playbook(args, "deploy.yml", [], args.log)

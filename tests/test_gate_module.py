@@ -332,6 +332,9 @@ def test_staged_results_are_judged_stage_by_stage_and_recorded(tmp_path: Path) -
     assert by_stage["single"]["verdict"] == "PASS"
     assert by_stage["busy"]["verdict"] == "FAIL"
     assert by_stage["busy"]["n_candidate"] == 16  # both candidate results, merged
+    # The role shows and records each metric's line: it names its stage.
+    assert by_stage["busy"]["reason"].startswith("stage busy: output_tokens_per_s: ")
+    assert by_stage["single"]["reason"].startswith("stage single: output_tokens_per_s: ")
     with sqlite3.connect(db) as conn:
         stages = {row[0] for row in conn.execute("SELECT DISTINCT stage FROM trials")}
     assert stages == {"single", "busy"}

@@ -101,3 +101,26 @@ def test_the_change_is_the_gates_estimate_with_its_interval() -> None:
     assert lines[1].split("0.31.0 -> 0.32.0")[1].split()[2:] == (
         ["3.4%", "better", "(8.6%", "worse", "to", "13.0%", "better)", "INCONCLUSIVE"]
     )
+
+
+def test_a_staged_verdict_names_the_stage_its_figures_come_from() -> None:
+    """Issue 19: the demo inventory's workload is staged; the table's figures are
+    the worst stage's, and the change cell says which stage that is."""
+    lines = summary.format_summary(
+        {
+            "h": {
+                "from": "0.31.0",
+                "to": "0.32.0",
+                "before_tok_s": 814.2,
+                "after_tok_s": 727.9,
+                "change_pct": -10.6,
+                "change_lo_pct": -18.1,
+                "change_hi_pct": -2.8,
+                "stage": "busy",
+                "verdict": "INCONCLUSIVE",
+            },
+            "u": {"from": "0.31.0", "to": "0.32.0", "verdict": "PASS", "stage": None},
+        }
+    )
+    assert lines[1].rstrip().endswith("2.8% worse) at busy  INCONCLUSIVE")
+    assert " at " not in lines[2]

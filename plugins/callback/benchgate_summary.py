@@ -15,8 +15,9 @@ description:
   - At the end of the playbook, prints one line per host from the C(benchgate_summary)
     statistic that the upgrade playbook sets with C(ansible.builtin.set_stats) - the release
     before and after, the median output tokens/s before and after, the gate's estimate of
-    the change with its interval (better or worse), the verdict and whether the host
-    was rolled back; then, per host, the speculative decoding A/B table (every arm's
+    the change with its interval (better or worse; for a staged workload, at the stage
+    where the candidate fared worst, named after the interval), the verdict and whether
+    the host was rolled back; then, per host, the speculative decoding A/B table (every arm's
     tokens/s, TTFT, acceptance and per-position acceptance, and the arm chosen).
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
     also written there as JSON.
@@ -89,7 +90,7 @@ def format_summary(summary: dict) -> list[str]:
                 f"{item.get('from', '?')} -> {item.get('to', '?')}",
                 _tok(item.get("before_tok_s")),
                 _tok(item.get("after_tok_s")),
-                _estimate(item),
+                _estimate(item) + (f" at {item['stage']}" if item.get("stage") else ""),
                 verdict,
             )
         )

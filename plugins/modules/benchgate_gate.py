@@ -251,7 +251,11 @@ metrics:
       description: PASS, FAIL or INCONCLUSIVE for this metric.
       type: str
     reason:
-      description: Human-readable explanation.
+      description: Human-readable explanation; for a staged workload it starts with
+        C(stage NAME:).
+      type: str
+    stage:
+      description: The stage this line judges (staged workloads only).
       type: str
     critical:
       description: Whether the metric is critical.
@@ -414,13 +418,19 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     # must pass, alpha split over the stages); an unstaged one as before.
     verdict = bg_stages.judge_any(baseline, candidate, specs, config)
     out = verdict.to_dict()
+    # Each metric's line names its stage, as the overall reasons do (the role
+    # shows and records these lines: "stage busy: output_tokens_per_s: ...").
+    metrics = [
+        {**m, "reason": f"stage {m['stage']}: {m['reason']}"} if m.get("stage") else m
+        for m in out["metrics"]
+    ]
     result: dict[str, Any] = {
         "changed": False,
         "verdict": out["verdict"],
         "passed": out["passed"],
         "reasons": out["reasons"],
         "gate_warnings": out["warnings"],
-        "metrics": out["metrics"],
+        "metrics": metrics,
         "table": (
             bg_stages.render_table(verdict)
             if isinstance(verdict, bg_stages.StagedVerdict)
