@@ -108,6 +108,7 @@ def test_slower_candidate_fails_and_is_recorded(tmp_path: Path) -> None:
     )
     tput = next(m for m in out["metrics"] if m["metric"] == "output_tokens_per_s")
     assert tput["regression_pct"] == pytest.approx(30.0, abs=2.0)
+    assert tput["interval_pct"] == 90.0 and "stage" not in tput  # one stage, alpha 0.05
     latest = ledger.latest_verdicts(db)["gpu-1"]
     assert latest.verdict == "FAIL"
     assert latest.release == "0.11.1"
@@ -335,6 +336,9 @@ def test_staged_results_are_judged_stage_by_stage_and_recorded(tmp_path: Path) -
     # The role shows and records each metric's line: it names its stage.
     assert by_stage["busy"]["reason"].startswith("stage busy: output_tokens_per_s: ")
     assert by_stage["single"]["reason"].startswith("stage single: output_tokens_per_s: ")
+    # Two stages share alpha 0.05: each line's interval is a 95% one, as it says.
+    assert by_stage["busy"]["interval_pct"] == 95.0
+    assert "(95% interval " in by_stage["busy"]["reason"]
     with sqlite3.connect(db) as conn:
         stages = {row[0] for row in conn.execute("SELECT DISTINCT stage FROM trials")}
     assert stages == {"single", "busy"}

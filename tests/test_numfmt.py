@@ -52,6 +52,9 @@ def test_the_change_is_written_in_the_words_of_its_metric() -> None:
         "25.0% better (20.0% better to 30.0% better)"
     )
     assert change_words(float("inf")) == "unbounded" and change_words(None) == MISSING
+    assert change_interval(-25.0, -30.0, -20.0, level=95) == (
+        "25.0% worse (95% interval 30.0% worse to 20.0% worse)"
+    )
 
 
 def test_no_table_or_reason_writes_the_typographic_minus_or_infinity() -> None:

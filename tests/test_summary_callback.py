@@ -47,8 +47,7 @@ def test_one_line_per_host_with_change_and_rollback() -> None:
         "tok/s",
         "after",
         "change",
-        "(90%",
-        "interval)",
+        "(interval)",
         "verdict",
     ]
     assert lines[1].split() == [
@@ -105,7 +104,8 @@ def test_the_change_is_the_gates_estimate_with_its_interval() -> None:
 
 def test_a_staged_verdict_names_the_stage_its_figures_come_from() -> None:
     """Issue 19: the demo inventory's workload is staged; the table's figures are
-    the worst stage's, and the change cell says which stage that is."""
+    the worst stage's, and the change cell says which stage that is and the
+    level of its interval (each of two stages is judged at alpha 0.025: 95%)."""
     lines = summary.format_summary(
         {
             "h": {
@@ -116,11 +116,16 @@ def test_a_staged_verdict_names_the_stage_its_figures_come_from() -> None:
                 "change_pct": -10.6,
                 "change_lo_pct": -18.1,
                 "change_hi_pct": -2.8,
+                "interval_pct": "95.0",
                 "stage": "busy",
                 "verdict": "INCONCLUSIVE",
             },
             "u": {"from": "0.31.0", "to": "0.32.0", "verdict": "PASS", "stage": None},
         }
     )
-    assert lines[1].rstrip().endswith("2.8% worse) at busy  INCONCLUSIVE")
+    assert (
+        lines[1]
+        .rstrip()
+        .endswith("10.6% worse (95% interval 18.1% worse to 2.8% worse) at busy  INCONCLUSIVE")
+    )
     assert " at " not in lines[2]

@@ -15,10 +15,11 @@ description:
   - At the end of the playbook, prints one line per host from the C(benchgate_summary)
     statistic that the upgrade playbook sets with C(ansible.builtin.set_stats) - the release
     before and after, the median output tokens/s before and after, the gate's estimate of
-    the change with its interval (better or worse; for a staged workload, at the stage
-    where the candidate fared worst, named after the interval), the verdict and whether
-    the host was rolled back; then, per host, the speculative decoding A/B table (every arm's
-    tokens/s, TTFT, acceptance and per-position acceptance, and the arm chosen).
+    the change with its interval and the interval's level (better or worse; for a staged
+    workload, at the stage where the candidate fared worst, named after the interval), the
+    verdict and whether the host was rolled back; then, per host, the speculative decoding
+    A/B table (every arm's tokens/s, TTFT, acceptance and per-position acceptance, and the
+    arm chosen).
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
     also written there as JSON.
 requirements:
@@ -58,13 +59,18 @@ def _change(before: object, after: object) -> float | None:
 
 def _estimate(item: dict) -> str:
     """The gate's estimate of the change in tokens/s with its interval, in words
-    (``2.5% better (1.0% worse to 6.0% better)``); else the medians' change."""
+    (``2.5% better (90% interval 1.0% worse to 6.0% better)``; the level where
+    the line carries it: 90% for one stage, 95% for each of two at the same
+    alpha); else the medians' change."""
     change = _float(item.get("change_pct"))
     if change is None:
         medians = _change(item.get("before_tok_s"), item.get("after_tok_s"))
         return change_interval(medians, None, None)
     return change_interval(
-        change, _float(item.get("change_lo_pct")), _float(item.get("change_hi_pct"))
+        change,
+        _float(item.get("change_lo_pct")),
+        _float(item.get("change_hi_pct")),
+        level=_float(item.get("interval_pct")),
     )
 
 
@@ -75,7 +81,7 @@ def format_summary(summary: dict) -> list[str]:
         "release",
         "median tok/s before",
         "median tok/s after",
-        "change (90% interval)",
+        "change (interval)",
         "verdict",
     )
     rows = [header]

@@ -257,6 +257,10 @@ metrics:
     stage:
       description: The stage this line judges (staged workloads only).
       type: str
+    interval_pct:
+      description: The confidence level of the line's interval in % (90 at alpha 0.05;
+        a staged workload's stages share alpha, so two stages give 95).
+      type: float
     critical:
       description: Whether the metric is critical.
       type: bool
@@ -424,6 +428,11 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         {**m, "reason": f"stage {m['stage']}: {m['reason']}"} if m.get("stage") else m
         for m in out["metrics"]
     ]
+    # The level of each line's interval: two-sided, from the alpha it was judged
+    # at (a stage's share of it for a staged workload: 95% for each of two).
+    alphas = {s["stage"]: s["alpha"] for s in out.get("stages", [])}
+    for m in metrics:
+        m["interval_pct"] = round(100 * (1 - 2 * alphas.get(m.get("stage"), config.alpha)), 2)
     result: dict[str, Any] = {
         "changed": False,
         "verdict": out["verdict"],

@@ -80,15 +80,22 @@ def change_words(value: float | None, higher_is_better: bool = True) -> str:
 
 
 def change_interval(
-    value: float | None, lo: float | None, hi: float | None, higher_is_better: bool = True
+    value: float | None,
+    lo: float | None,
+    hi: float | None,
+    higher_is_better: bool = True,
+    level: float | None = None,
 ) -> str:
     """One estimate of a change with its interval, in words: worst end first.
 
-    ``lo`` and ``hi`` are the interval's ends as signed changes in %. Without
-    an interval, only the estimate; MISSING without an estimate.
+    ``lo`` and ``hi`` are the interval's ends as signed changes in %; ``level``
+    the interval's confidence in %, named when given. Without an interval, only
+    the estimate; MISSING without an estimate.
 
     >>> change_interval(2.5, -1.0, 6.0)
     '2.5% better (1.0% worse to 6.0% better)'
+    >>> change_interval(2.5, -1.0, 6.0, level=95)
+    '2.5% better (95% interval 1.0% worse to 6.0% better)'
     >>> change_interval(12.0, 5.0, 19.0, higher_is_better=False)
     '12.0% worse (19.0% worse to 5.0% worse)'
     >>> change_interval(-3.0, None, None), change_interval(None, 1.0, 2.0)
@@ -101,4 +108,5 @@ def change_interval(
         return head
     worst, best = (lo, hi) if higher_is_better else (hi, lo)
     ends = [change_words(end, higher_is_better) for end in (worst, best)]
-    return f"{head} ({ends[0]} to {ends[1]})"
+    named = f"{level:g}% interval " if level is not None else ""
+    return f"{head} ({named}{ends[0]} to {ends[1]})"
