@@ -125,6 +125,14 @@ BATCHES = {
     # the same evening's spare device time: 0.26.0's 0.6B draft at k=1 beside
     # 0.24.0's (batch 17) on an H100
     "19": ["v26-d06b-k1"],
+    # one H100 (2026-12-05 night), one server per batch: 0.26.0's plain server
+    # (the A/B's `off` in the same lease), then the 0.26.0 arms that 0.24.0 has
+    # on the H100 (4B draft k=2/4/5, 0.6B draft k=5; 0.6B k=1 is batch 19)
+    "20": ["v26-off"],
+    "21": ["v26-d4b-k2"],
+    "22": ["v26-d4b-k4"],
+    "23": ["v26-d4b-k5"],
+    "24": ["v26-d06b-k5"],
 }
 
 
