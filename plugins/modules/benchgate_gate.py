@@ -423,16 +423,18 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     verdict = bg_stages.judge_any(baseline, candidate, specs, config)
     out = verdict.to_dict()
     # Each metric's line names its stage, as the overall reasons do (the role
-    # shows and records these lines: "stage busy: output_tokens_per_s: ...").
+    # shows and records these lines: "stage busy: output_tokens_per_s: ..."),
+    # and the level of its two-sided interval, from the alpha it was judged at
+    # (a stage's share of it for a staged workload: 95% for each of two).
+    alphas = {s["stage"]: s["alpha"] for s in out.get("stages", [])}
     metrics = [
-        {**m, "reason": f"stage {m['stage']}: {m['reason']}"} if m.get("stage") else m
+        {
+            **m,
+            "reason": f"stage {m['stage']}: {m['reason']}" if m.get("stage") else m["reason"],
+            "interval_pct": round(100 * (1 - 2 * alphas.get(m.get("stage"), config.alpha)), 2),
+        }
         for m in out["metrics"]
     ]
-    # The level of each line's interval: two-sided, from the alpha it was judged
-    # at (a stage's share of it for a staged workload: 95% for each of two).
-    alphas = {s["stage"]: s["alpha"] for s in out.get("stages", [])}
-    for m in metrics:
-        m["interval_pct"] = round(100 * (1 - 2 * alphas.get(m.get("stage"), config.alpha)), 2)
     result: dict[str, Any] = {
         "changed": False,
         "verdict": out["verdict"],
