@@ -54,18 +54,29 @@ molecule_test() {
   fi
   molecule test -s "$1"
 }
+# A failed scenario's failed task, repeated at the end: molecule's clean-up
+# prints screens after it, and CI shows only the output's tail.
+failed_tasks=$(mktemp)
 for scenario in $ordered; do
   [ -f "molecule/${scenario}/molecule.yml" ] || continue
   start=$(date +%s)
-  if molecule_test "$scenario"; then
+  log=$(mktemp)
+  if molecule_test "$scenario" 2>&1 | tee "$log"; then
     passed=$((passed + 1)); echo "molecule scenario ${scenario}: passed in $(( $(date +%s) - start ))s"
   else
     failed=$((failed + 1)); failures=$((failures + 1)); failed_parts+=("molecule:${scenario}")
     echo "molecule scenario ${scenario}: FAILED after $(( $(date +%s) - start ))s"
+    { echo "--- molecule:${scenario}, its last failed task:"
+      sed 's/\x1b\[[0-9;]*m//g' "$log" \
+        | awk '/fatal: \[|FAILED! =>/ { n = NR } { line[NR] = $0 } END { for (i = n; n && i < n + 40 && i <= NR; i++) print line[i] }' \
+        | cut -c 1-240
+    } >> "$failed_tasks"
   fi
+  rm -f "$log"
 done
 
 printf '\n'
+[ -s "$failed_tasks" ] && cat "$failed_tasks"
 echo "pytest: $(tail -n 1 "$pytest_log")"
 [ $failures -eq 0 ] || echo "failed: ${failed_parts[*]} (see above)"
 echo "molecule: ${passed} passed, ${failed} failed"
