@@ -119,6 +119,28 @@ def test_one_host_failing_preflight_stops_every_host(tmp_path: Path) -> None:
 
 
 @needs_ansible
+def test_a_workload_that_does_not_exist_is_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    """Both workloads are checked in preflight: the A/B's own is measured only
+    after the candidate's install, where a typo would cost a rollback."""
+    hosts = {
+        "typo": _host(tmp_path, "typo", benchgate_speculative_workload="demo-stagd"),
+        "path": _host(tmp_path, "path", benchgate_workload=str(tmp_path / "none.yml")),
+    }
+    before = {name: _tree(tmp_path / name) for name in hosts}
+    done = _play(tmp_path, ROOT / "playbooks" / "upgrade.yml", _inventory(hosts))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert 'benchgate_speculative_workload "demo-stagd" is neither a name from workloads/' in out
+    # The names it could have meant are listed.
+    assert "demo, demo-staged" in out, out
+    assert f'benchgate_workload "{tmp_path / "none.yml"}" is neither' in out
+    assert "PLAY [Upgrade, canary first, then in batches]" not in out, out
+    assert {name: _tree(tmp_path / name) for name in hosts} == before
+
+
+@needs_ansible
 def test_versions_must_be_quoted_exact_releases(tmp_path: Path) -> None:
     hosts = {
         "unquoted": _host(tmp_path, "unquoted"),
