@@ -133,6 +133,17 @@ BATCHES = {
     "22": ["v26-d4b-k4"],
     "23": ["v26-d4b-k5"],
     "24": ["v26-d06b-k5"],
+    # one H100 (2026-12-06), one server per batch: the arms neither release
+    # has on the H100 (4B draft k=1 and k=3, then 0.6B k=3), each release's
+    # plain server in the same lease; 0.26.0 first (0.24.0 arrives meanwhile)
+    "25": ["v26-off"],
+    "26": ["v26-d4b-k1"],
+    "27": ["v26-d4b-k3"],
+    "28": ["v24-off"],
+    "29": ["v24-d4b-k1"],
+    "30": ["v24-d4b-k3"],
+    "31": ["v26-d06b-k3"],
+    "32": ["v24-d06b-k3"],
 }
 
 
