@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -138,6 +139,35 @@ def test_a_workload_that_does_not_exist_is_refused_before_anything_changes(
     assert f'benchgate_workload "{tmp_path / "none.yml"}" is neither' in out
     assert "PLAY [Upgrade, canary first, then in batches]" not in out, out
     assert {name: _tree(tmp_path / name) for name in hosts} == before
+
+
+@needs_ansible
+def test_a_limit_the_host_cannot_decide_is_named_before_the_upgrade(tmp_path: Path) -> None:
+    """A noisy host's run spread sets the smallest limit its gate can decide:
+    preflight warns below it (and a wrong version on another host stops the
+    play there, so nothing is installed)."""
+    noisy = {
+        "benchgate_workload": "demo-staged",
+        "benchgate_run_spread_pct": 4,
+        "benchgate_interleave": True,
+    }
+    hosts = {
+        "tight": _host(tmp_path, "tight", benchgate_max_regression_pct=12, **noisy),
+        "room": _host(tmp_path, "room", benchgate_max_regression_pct=20, **noisy),
+        "quiet": _host(tmp_path, "quiet"),  # spread 0: any limit can be decided
+        "bad": _host(tmp_path, "bad", vllm_version="latest"),
+    }
+    done = _play(tmp_path, ROOT / "playbooks" / "upgrade.yml", _inventory(hosts))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    warning = r'ok: \[(\w+)\] => \{\s*"msg": "WARNING: benchgate_max_regression_pct'
+    warned = re.findall(warning, out)
+    assert warned == ["tight"], out
+    assert (
+        "12 is below 16.6%, the smallest limit at which identical releases pass with 2+2 "
+        "measurement runs, a 4% run-to-run spread and 2 stage(s)"
+    ) in out, out
+    assert "PLAY [Upgrade, canary first, then in batches]" not in out, out
 
 
 @needs_ansible

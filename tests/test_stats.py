@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,24 @@ def test_wide_noise_is_inconclusive_not_pass() -> None:
     v = stats.judge_metric(TPUT, b, c)
     assert v.verdict == INCONCLUSIVE
     assert "run more trials" in v.reason
+
+
+def test_a_limit_below_what_the_runs_can_decide_says_so_not_run_more_trials() -> None:
+    # One run a side with a 4% run-to-run spread: identical releases' estimates
+    # scatter by about 8% (the decidable limit is about 20%). A run 5% lower,
+    # well inside that scatter, cannot be passed at 12%, and more trials of
+    # the same runs would not change that.
+    b = [100.0, 101.0, 99.5, 100.5, 100.2]
+    c = [95.0, 96.0, 94.5, 95.5, 95.2]
+    cfg = GateConfig(run_spread_pct=4.0)
+    v = stats.judge_metric(replace(TPUT, max_regression_pct=12.0), b, c, config=cfg)
+    assert v.verdict == INCONCLUSIVE
+    floor = stats.decidable_limit_pct(4.0, (1, 1), cfg.alpha)
+    assert f"the 12% limit is below the {floor:.1f}% that 1+1 runs" in v.reason
+    assert "run more trials" not in v.reason
+    # At a limit the runs can decide, the same trials pass.
+    wide = stats.judge_metric(replace(TPUT, max_regression_pct=25.0), b, c, config=cfg)
+    assert wide.verdict == PASS
 
 
 def test_significant_but_size_unclear_is_inconclusive() -> None:

@@ -676,15 +676,24 @@ def judge_metric(
         )
     else:
         verdict = INCONCLUSIVE
+        # More trials of the same runs cannot narrow the run-to-run term: when
+        # the limit is below what the runs can decide, say so instead.
+        floor = decidable_limit_pct(cfg.run_spread_pct, runs, cfg.alpha)
+        advice = (
+            f"the {limit:g}% limit is below the {floor:.1f}% that {runs[0]}+{runs[1]} runs "
+            f"with a {cfg.run_spread_pct:g}% run-to-run spread can decide: raise the limit, "
+            "measure more runs per side or quiet the host"
+            if limit < floor
+            else "run more trials"
+        )
         if significant:
             reason = (
                 f"{head}, a significant regression whose size cannot be told apart from "
-                f"the {limit:g}% limit; run more trials"
+                f"the {limit:g}% limit; {advice}"
             )
         else:
             reason = (
-                f"{head}, too noisy to rule out a regression beyond the {limit:g}% limit; "
-                "run more trials"
+                f"{head}, too noisy to rule out a regression beyond the {limit:g}% limit; {advice}"
             )
 
     return MetricVerdict(
