@@ -10,7 +10,9 @@ relative to a target step, from its k=3 arm of each release, draft and load
 does). Every speculative run of the other folders with the same release,
 draft and load is then predicted from its own measured acceptance
 (`benchgate.advisor.predict`) and set beside its measured speedup (against
-its own lease's plain run). Prints a markdown table; nothing is written.
+its own lease's plain run). Then the c that every arm implies, by k: the
+advisor's model (`k*c + v(k+1)`) holds where that is one number. Prints
+markdown tables; nothing is written.
 """
 
 from __future__ import annotations
@@ -70,6 +72,25 @@ def main() -> int:
     within = sum(e <= 10 for e in errors)
     print()
     print(f"{within} of {len(errors)} predictions within 10 %")
+
+    # The model holds where c is one number: c implied by each arm, by k.
+    implied: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    for folder in [args.fit, *args.others]:
+        for row in runs(folder).values():
+            if "speedup" in row and row["per_position_acceptance"]:
+                c = advisor.draft_cost_from_arm(
+                    row["per_position_acceptance"], row["k"], row["speedup"]
+                )
+                implied.setdefault(key(row), {}).setdefault(row["k"], []).append(c)
+    ks = sorted({k for by_k in implied.values() for k in by_k})
+    print()
+    print("c implied by each arm (all folders; one value per run):")
+    print()
+    print("| release | draft | load | " + " | ".join(f"k={k}" for k in ks) + " |")
+    print("|---|---|---|" + "---|" * len(ks))
+    for (rel, draft, load), by_k in sorted(implied.items()):
+        cells = [" / ".join(f"{c:.2f}" for c in by_k.get(k, [])) or "-" for k in ks]
+        print(f"| {rel} | {draft} | {load} | " + " | ".join(cells) + " |")
     return 0
 
 
