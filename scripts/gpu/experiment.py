@@ -144,6 +144,15 @@ BATCHES = {
     "30": ["v24-d4b-k3"],
     "31": ["v26-d06b-k3"],
     "32": ["v24-d06b-k3"],
+    # prepared for the next H100 lease: the 0.6B draft's arms of one release in
+    # one lease (k=1/3/5 ran in three leases, so no A/B compared them), then
+    # 0.24.0's 0.6B k=3 (batch 32) with its plain server
+    "33": ["v26-off"],
+    "34": ["v26-d06b-k1"],
+    "35": ["v26-d06b-k3"],
+    "36": ["v26-d06b-k5"],
+    "37": ["v24-off"],
+    "38": ["v24-d06b-k3"],
 }
 
 
