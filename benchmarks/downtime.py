@@ -172,6 +172,10 @@ class Monitor:
     output: str | None = None
     log: Any = sys.stderr
     stop: threading.Event = field(default_factory=threading.Event)
+    # Set by a signal handler, which must not take the Event's lock: the main
+    # thread may hold it (inside stop.wait) when the signal arrives, and the
+    # handler would then wait on it forever.
+    signalled: bool = False
     stopped_by: str = "duration"
     polls: int = 0
     failed_polls: int = 0
@@ -258,7 +262,7 @@ class Monitor:
     def run(self) -> dict[str, Any]:
         self.started, self._t0 = time.time(), time.monotonic()
         next_at = self._t0
-        while not self.stop.is_set():
+        while not (self.signalled or self.stop.is_set()):
             if self.duration is not None and time.monotonic() - self._t0 >= self.duration:
                 break
             self.poll_once()
@@ -318,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def on_signal(signum: int, _frame: Any) -> None:
+        # No monitor.stop.set() here (see Monitor.signalled): the loop sees the
+        # flag within one --interval.
         monitor.stopped_by = signal.Signals(signum).name
-        monitor.stop.set()
+        monitor.signalled = True
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
