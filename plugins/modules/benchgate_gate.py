@@ -131,6 +131,10 @@ options:
         C(benchgate.stats.GateConfig) when omitted) trusts the trials of one run, as a GPU
         host allows; a small shared CPU host needs it (docs/benchmarks.md, "Noise on a
         2-core machine").
+      - Not applied when the two sides were measured side by side (every result of both
+        sides carries C(interleaved), the pairs match; see the C(vllm_benchmark) module's
+        O(reference_base_url)): their trials alternated in one window of time, so a
+        level that moves between runs moved both alike. RV(side_by_side) says so.
     type: float
   ledger:
     description: Path of the SQLite ledger on the controller. Nothing is recorded when omitted.
@@ -231,6 +235,12 @@ reasons:
   sample:
     - "output_tokens_per_s: 27.0% worse than the baseline's 412.3 tok/s (90% interval
       29.1% worse to 25.2% worse, p=0.004): worse beyond the 5% limit"
+side_by_side:
+  description:
+    - Whether the sides were measured side by side (their trials alternated), so that
+      O(run_spread_pct) was not applied.
+  returned: always
+  type: bool
 gate_warnings:
   description:
     - Non-blocking findings (a non-critical metric INCONCLUSIVE, or FAIL with
@@ -311,6 +321,7 @@ import json
 import os
 import sqlite3
 import traceback
+from dataclasses import replace
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -395,10 +406,18 @@ def load_results(value: Any, name: str) -> dict[str, Any]:
     return load_result(value, name)
 
 
+def _as_list(value: Any, name: str) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else [value]
+    return [load_result(item, f"{name}[{i}]") for i, item in enumerate(items)]
+
+
 def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     """Judge (and record unless ``check_mode``); return the module's result."""
     baseline = load_results(params["baseline"], "baseline")
     candidate = load_results(params["candidate"], "candidate")
+    paired = bg_stats.side_by_side(
+        _as_list(params["baseline"], "baseline"), _as_list(params["candidate"], "candidate")
+    )
     thresholds = {str(k): float(v) for k, v in (params["thresholds"] or {}).items()}
     specs = bg_stats.make_specs(
         metrics=params["metrics"],
@@ -418,6 +437,10 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
             if params.get(key) is not None
         },
     )
+    # Side by side: both releases' trials alternated in one window, so the
+    # run-to-run spread (which A-B-A needs) is not added to the interval.
+    if paired:
+        config = replace(config, run_spread_pct=0.0)
     # A staged workload is judged stage by stage (benchgate.stages: every stage
     # must pass, alpha split over the stages); an unstaged one as before.
     verdict = bg_stages.judge_any(baseline, candidate, specs, config)
@@ -441,6 +464,7 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "passed": out["passed"],
         "reasons": out["reasons"],
         "gate_warnings": out["warnings"],
+        "side_by_side": paired,
         "metrics": metrics,
         "table": (
             bg_stages.render_table(verdict)

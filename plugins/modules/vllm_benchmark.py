@@ -51,6 +51,16 @@ options:
         accepted.
     type: str
     required: true
+  reference_base_url:
+    description:
+      - Side by side. A second server of the same model (for example the release that
+        served before, started beside the candidate on another port). Both get the same
+        prompts and their trials alternate, reference then candidate, then candidate then
+        reference (ABBA), so that a machine whose speed drifts over minutes slows both
+        sides alike. The candidate's result is RV(result), the reference's
+        RV(reference_result); each carries C(interleaved) with one shared id, and the
+        gate then leaves the run-to-run spread out.
+    type: str
   model:
     description:
       - Model name to send in requests. By default the first model listed by
@@ -257,6 +267,12 @@ cold_start:
   returned: success, not in check mode
   type: dict
   sample: {"available": true, "healthy_s": 41.3, "first_completion_s": 42.1, "upper_bound": false}
+reference_result:
+  description:
+    - With O(reference_base_url), the reference server's result (as RV(result)); written
+      beside O(output_path) with C(-reference) before the suffix.
+  returned: success with O(reference_base_url), not in check mode
+  type: dict
 output_path:
   description: Where the full result JSON was written, if anywhere.
   returned: success, not in check mode
@@ -284,6 +300,7 @@ else:
 
 ARGUMENT_SPEC = dict(
     base_url=dict(type="str", required=True),
+    reference_base_url=dict(type="str"),
     model=dict(type="str"),
     workload=dict(type="raw", required=True),
     concurrency=dict(type="int"),

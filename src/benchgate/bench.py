@@ -12,8 +12,9 @@ import json
 import os
 import platform
 import re
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +57,7 @@ class Progress:
     record: RequestRecord | None = None
     tokens_per_s: float | None = None
     stage: str | None = None
+    side: str | None = None  # side by side: "candidate" or "reference"
 
 
 ProgressFn = Callable[[Progress], None]
@@ -142,23 +144,17 @@ async def _fit_synthetic(
     return fitted[:n_warm], trials, report.to_dict()
 
 
-async def _run_stage(
+async def _stage_prompts(
     client: aiohttp.ClientSession,
     base_url: str,
     model: str,
     workload: Workload,
     api_key: str | None,
-    report: ProgressFn,
-    stage: str | None,
     prompt_offset: int,
-    first_index: int,
-) -> tuple[list[Trial], dict[str, Any] | None]:
-    """Warm up and measure one stage (the whole workload when unstaged).
-
-    ``prompt_offset``: prompts used by the stages before, so no stage reuses
-    another's (no prefix-cache hits); ``first_index``: the index of this
-    stage's first trial in the whole result.
-    """
+) -> tuple[list[Prompt], list[list[Prompt]], dict[str, Any] | None]:
+    """One stage's warm-up and per-trial prompts (fitted by ``base_url``'s
+    tokenizer when synthetic). ``prompt_offset``: prompts used by the stages
+    before, so no stage reuses another's (no prefix-cache hits)."""
     warm_prompts = (
         build_prompts(workload, workload.warmup, offset=prompt_offset) if workload.warmup else []
     )
@@ -172,6 +168,19 @@ async def _run_stage(
         warm_prompts, trial_prompts, prompt_fit = await _fit_synthetic(
             client, base_url, model, workload, api_key, warm_prompts, trial_prompts
         )
+    return warm_prompts, trial_prompts, prompt_fit
+
+
+async def _warm_up(
+    client: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    api_key: str | None,
+    report: ProgressFn,
+    stage: str | None,
+    warm_prompts: list[Prompt],
+) -> None:
     if warm_prompts:
         report(Progress("warmup", -1, 0, len(warm_prompts), stage=stage))
         await run_requests(
@@ -183,36 +192,75 @@ async def _run_stage(
             api_key,
             _counting(report, "warmup", -1, len(warm_prompts), stage),
         )
-    trials: list[Trial] = []
-    for i, prompts in enumerate(trial_prompts):
-        on_done = _counting(report, "trial", i, len(prompts), stage)
-        report(Progress("trial", i, 0, len(prompts), stage=stage))
-        before: Snapshot = await scrape(client, base_url)
-        run = await run_requests(
-            client,
-            base_url,
-            model,
-            workload,
-            prompts,
-            api_key,
-            on_done,
-            seed=workload.prompts.seed + first_index + i,
+
+
+async def _measure_trial(
+    client: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    api_key: str | None,
+    report: ProgressFn,
+    stage: str | None,
+    prompts: list[Prompt],
+    i: int,
+    index: int,
+) -> Trial:
+    """Trial ``i`` of a stage (``index`` in the whole result), with /metrics before and after."""
+    on_done = _counting(report, "trial", i, len(prompts), stage)
+    report(Progress("trial", i, 0, len(prompts), stage=stage))
+    before: Snapshot = await scrape(client, base_url)
+    run = await run_requests(
+        client,
+        base_url,
+        model,
+        workload,
+        prompts,
+        api_key,
+        on_done,
+        seed=workload.prompts.seed + index,
+    )
+    after: Snapshot = await scrape(client, base_url)
+    trial = build_trial(
+        index,
+        run.records,
+        run.duration_s,
+        run.started_at,
+        workload.max_error_rate,
+        diff(before, after).to_dict(),
+        slo=workload.slo,
+    )
+    trial.stage = stage
+    tok_s = trial.metrics.output_tokens_per_s if trial.metrics else None
+    report(Progress("trial-done", i, i + 1, workload.trials, tokens_per_s=tok_s, stage=stage))
+    return trial
+
+
+async def _run_stage(
+    client: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    workload: Workload,
+    api_key: str | None,
+    report: ProgressFn,
+    stage: str | None,
+    prompt_offset: int,
+    first_index: int,
+) -> tuple[list[Trial], dict[str, Any] | None]:
+    """Warm up and measure one stage (the whole workload when unstaged).
+
+    ``first_index``: the index of this stage's first trial in the whole result.
+    """
+    warm, trial_prompts, prompt_fit = await _stage_prompts(
+        client, base_url, model, workload, api_key, prompt_offset
+    )
+    await _warm_up(client, base_url, model, workload, api_key, report, stage, warm)
+    trials = [
+        await _measure_trial(
+            client, base_url, model, workload, api_key, report, stage, prompts, i, first_index + i
         )
-        after: Snapshot = await scrape(client, base_url)
-        server = diff(before, after).to_dict()
-        trial = build_trial(
-            first_index + i,
-            run.records,
-            run.duration_s,
-            run.started_at,
-            workload.max_error_rate,
-            server,
-            slo=workload.slo,
-        )
-        trial.stage = stage
-        trials.append(trial)
-        tok_s = trial.metrics.output_tokens_per_s if trial.metrics else None
-        report(Progress("trial-done", i, i + 1, workload.trials, tokens_per_s=tok_s, stage=stage))
+        for i, prompts in enumerate(trial_prompts)
+    ]
     return trials, prompt_fit
 
 
@@ -221,6 +269,47 @@ def _stage_params(workload: Workload) -> dict[str, Any]:
     data = workload.to_dict()
     data.pop("description", None)
     return data
+
+
+def _make_result(
+    base_url: str,
+    model: str,
+    version: str | None,
+    workload: Workload,
+    trials: list[Trial],
+    stage_results: list[StageResult],
+    prompt_fit: dict[str, Any] | None,
+) -> Result:
+    return Result(
+        target=Target(base_url=base_url, model=model, server_version=version),
+        workload=WorkloadInfo(
+            name=workload.name,
+            version=workload.version,
+            hash=workload.hash,
+            params=workload.to_dict(),
+        ),
+        trials=trials,
+        summary=summarize(trials),
+        created_at=utc_now(),
+        prompt_fit=prompt_fit,
+        client={
+            "name": "benchgate",
+            "version": __version__,
+            "python": platform.python_version(),
+            "aiohttp": aiohttp.__version__,
+        },
+        stages=stage_results or None,
+    )
+
+
+def _prepare(workload: Workload) -> tuple[list[tuple[str | None, Workload]], aiohttp.ClientSession]:
+    stages = workload.stage_workloads()
+    # Build every prompt first: a bad prompt file fails before any load is sent.
+    for _, stage_wl in stages:
+        build_prompts(stage_wl, 1)
+    concurrency = max(stage_wl.concurrency for _, stage_wl in stages)
+    timeout_s = max(stage_wl.timeout_s for _, stage_wl in stages)
+    return stages, make_client(concurrency + 2, timeout_s)
 
 
 async def run_benchmark_async(
@@ -234,13 +323,7 @@ async def run_benchmark_async(
         if progress is not None:
             progress(event)
 
-    stages = workload.stage_workloads()
-    # Build every prompt first: a bad prompt file fails before any load is sent.
-    for _, stage_wl in stages:
-        build_prompts(stage_wl, 1)
-    concurrency = max(stage_wl.concurrency for _, stage_wl in stages)
-    timeout_s = max(stage_wl.timeout_s for _, stage_wl in stages)
-    client = make_client(concurrency + 2, timeout_s)
+    stages, client = _prepare(workload)
     trials: list[Trial] = []
     stage_results: list[StageResult] = []
     prompt_fit = None
@@ -266,26 +349,110 @@ async def run_benchmark_async(
                     StageResult(name, _stage_params(stage_wl), summarize(stage_trials), fit)
                 )
     report(Progress("done", -1, len(trials), len(trials)))
-    return Result(
-        target=Target(base_url=base_url, model=model, server_version=version),
-        workload=WorkloadInfo(
-            name=workload.name,
-            version=workload.version,
-            hash=workload.hash,
-            params=workload.to_dict(),
-        ),
-        trials=trials,
-        summary=summarize(trials),
-        created_at=utc_now(),
-        prompt_fit=prompt_fit,
-        client={
-            "name": "benchgate",
-            "version": __version__,
-            "python": platform.python_version(),
-            "aiohttp": aiohttp.__version__,
-        },
-        stages=stage_results or None,
-    )
+    return _make_result(base_url, model, version, workload, trials, stage_results, prompt_fit)
+
+
+async def run_side_by_side_async(
+    base_url: str,
+    reference_url: str,
+    workload: Workload,
+    model: str | None = None,
+    api_key: str | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Result, Result]:
+    """Measure two servers of the same model with their trials alternating.
+
+    ``base_url`` (the candidate) and ``reference_url`` (e.g. the release that
+    served before, started beside it) get the same prompts, stage by stage:
+    both warm up, then trial i runs on one and then the other, in the order
+    reference-candidate, candidate-reference, ... (ABBA), so a level of the
+    machine that drifts over minutes lands on both sides instead of on one
+    (docs/benchmarks.md, "Side by side"). Returns (candidate, reference);
+    both carry ``interleaved`` with one shared id, which the gate reads.
+    """
+
+    def report(event: Progress) -> None:
+        if progress is not None:
+            progress(event)
+
+    def reporter(side: str) -> ProgressFn:
+        return lambda event: report(replace(event, side=side))
+
+    stages, client = _prepare(workload)
+    urls = {"candidate": base_url, "reference": reference_url}
+    reports = {side: reporter(side) for side in urls}
+    trials: dict[str, list[Trial]] = {"candidate": [], "reference": []}
+    stage_results: dict[str, list[StageResult]] = {"candidate": [], "reference": []}
+    prompt_fit = None
+    async with client:
+        report(Progress("discover", -1, 0, 1))
+        if model is None:
+            model, version = await discover(client, base_url, api_key)
+        else:
+            version = await server_version(client, base_url)
+        ref_model, ref_version = await discover(client, reference_url, api_key)
+        if ref_model != model:
+            raise BenchmarkError(
+                f"{reference_url} serves {ref_model!r}, {base_url} serves {model!r}: "
+                "side by side needs the same model on both"
+            )
+        versions = {"candidate": version, "reference": ref_version}
+        offset = 0
+        for index, (name, stage_wl) in enumerate(stages):
+            if name is not None:
+                report(Progress("stage", index, 0, len(stages), stage=name))
+            warm, trial_prompts, fit = await _stage_prompts(
+                client, base_url, model, stage_wl, api_key, offset
+            )
+            for side in ("reference", "candidate"):
+                await _warm_up(
+                    client, urls[side], model, stage_wl, api_key, reports[side], name, warm
+                )
+            first = len(trials["candidate"])
+            stage_trials: dict[str, list[Trial]] = {"candidate": [], "reference": []}
+            for i, prompts in enumerate(trial_prompts):
+                order = ("reference", "candidate") if i % 2 == 0 else ("candidate", "reference")
+                for side in order:
+                    trial = await _measure_trial(
+                        client,
+                        urls[side],
+                        model,
+                        stage_wl,
+                        api_key,
+                        reports[side],
+                        name,
+                        prompts,
+                        i,
+                        first + i,
+                    )
+                    stage_trials[side].append(trial)
+            offset += stage_wl.warmup + stage_wl.trials * stage_wl.num_requests
+            if index == 0:
+                prompt_fit = fit
+            for side in urls:
+                trials[side] += stage_trials[side]
+                if name is not None:
+                    stage_results[side].append(
+                        StageResult(
+                            name, _stage_params(stage_wl), summarize(stage_trials[side]), fit
+                        )
+                    )
+    report(Progress("done", -1, len(trials["candidate"]), len(trials["candidate"])))
+    pair_id = uuid.uuid4().hex
+    results = {}
+    for side, other in (("candidate", "reference"), ("reference", "candidate")):
+        result = _make_result(
+            urls[side],
+            model,
+            versions[side],
+            workload,
+            trials[side],
+            stage_results[side],
+            prompt_fit,
+        )
+        result.interleaved = {"id": pair_id, "side": side, "with": urls[other], "order": "ABBA"}
+        results[side] = result
+    return results["candidate"], results["reference"]
 
 
 def run_benchmark(
@@ -425,19 +592,22 @@ def progress_logger(label: str, log: Callable[[str], None]) -> ProgressFn:
     journal (``journalctl -t ansible-vllm_benchmark -f`` follows a run).
     A staged workload logs each stage's start, and the median restarts with it.
     """
-    seen: list[float] = []
+    seen: dict[str | None, list[float]] = {}
 
     def on_event(ev: Progress) -> None:
         where = label if ev.stage is None else f"{label}, stage {ev.stage}"
+        if ev.side is not None:
+            where = f"{where}, {ev.side}"
         if ev.phase == "stage":
             seen.clear()
             log(f"benchgate {label}: stage {ev.trial + 1}/{ev.total}: {ev.stage}")
         elif ev.phase == "warmup" and ev.done == 0:
             log(f"benchgate {where}: warm-up, {ev.total} requests")
         elif ev.phase == "trial-done":
+            side = seen.setdefault(ev.side, [])
             if ev.tokens_per_s is not None:
-                seen.append(ev.tokens_per_s)
-            so_far = sorted(seen)
+                side.append(ev.tokens_per_s)
+            so_far = sorted(side)
             median = (
                 (so_far[(len(so_far) - 1) // 2] + so_far[len(so_far) // 2]) / 2 if so_far else None
             )
@@ -470,22 +640,37 @@ def module_run(
         base.update(skipped=True, msg="check mode: workload is valid; no load sent")
         return base
     progress = progress_logger(params.get("label") or "measurement", log) if log else None
-    result = run_benchmark(
-        params["base_url"],
-        workload,
-        params.get("model"),
-        params.get("api_key"),
-        progress,
-        probe=probe,
-    )
+    reference_url = params.get("reference_base_url")
+    reference = None
+    if reference_url:
+        probe.sample("before", utc_now())
+        result, reference = asyncio.run(
+            run_side_by_side_async(
+                params["base_url"],
+                reference_url,
+                workload,
+                params.get("model"),
+                params.get("api_key"),
+                progress,
+            )
+        )
+        probe.sample("after", utc_now())
+        attach_host_figures(result, probe, workload)
+    else:
+        result = run_benchmark(
+            params["base_url"],
+            workload,
+            params.get("model"),
+            params.get("api_key"),
+            progress,
+            probe=probe,
+        )
     data = result.to_dict()
     output_path = params.get("output_path")
     if output_path:
-        path = Path(output_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        _write_json(Path(output_path), data)
+        if reference is not None:
+            _write_json(reference_path(Path(output_path)), reference.to_dict())
     valid = result.summary.valid_trials
     base.update(
         msg=f"{valid}/{len(result.trials)} valid trials",
@@ -499,7 +684,27 @@ def module_run(
         output_path=output_path,
         result=data if params.get("include_requests") else result.to_dict(include_requests=False),
     )
+    if reference is not None:
+        base["reference_result"] = (
+            reference.to_dict()
+            if params.get("include_requests")
+            else reference.to_dict(include_requests=False)
+        )
+        ref_valid = reference.summary.valid_trials
+        base["msg"] = f"{base['msg']}; reference {ref_valid}/{len(reference.trials)} valid trials"
     return base
+
+
+def reference_path(output_path: Path) -> Path:
+    """Where a side-by-side run writes its reference's result, beside the candidate's."""
+    return output_path.with_name(f"{output_path.stem}-reference{output_path.suffix}")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 __all__ = [
@@ -512,7 +717,9 @@ __all__ = [
     "pin_client",
     "progress_logger",
     "probe_from_module_params",
+    "reference_path",
     "run_benchmark",
     "run_benchmark_async",
+    "run_side_by_side_async",
     "workload_from_module_params",
 ]

@@ -189,6 +189,10 @@ class Result:
     # the trials of every stage together, which only the counts make sense of:
     # per-stage figures are in ``stages[*].summary`` (each trial has ``stage``).
     stages: list[StageResult] | None = None
+    # Side by side (bench.run_side_by_side_async): this result's trials
+    # alternated with another server's, {"id", "side", "with", "order"}; the
+    # gate leaves the run-to-run spread out of a comparison of such a pair.
+    interleaved: dict[str, Any] | None = None
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
         data = asdict(self)

@@ -1029,6 +1029,32 @@ def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def side_by_side(
+    baselines: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether every measurement of both sides is half of a side-by-side pair
+    (``bench.run_side_by_side_async``) whose other half is on the other side.
+
+    Then the two sides' trials alternated in one window of time: a level of
+    the machine that moves between runs moved both alike, so the run-to-run
+    spread is left out of the comparison; the trials' own spread, drift
+    within the window included, is all the interval needs.
+    """
+
+    def ids(results: Sequence[Mapping[str, Any]], side: str) -> list[str] | None:
+        out = []
+        for result in results:
+            mark = result.get("interleaved")
+            if not isinstance(mark, Mapping) or mark.get("side") != side or not mark.get("id"):
+                return None
+            out.append(str(mark["id"]))
+        return out
+
+    b = ids(baselines, "reference")
+    c = ids(candidates, "candidate")
+    return bool(b) and b is not None and c is not None and sorted(b) == sorted(c)
+
+
 def needs_more_trials(verdict: Verdict | str, trials_done: int, budget: int) -> bool:
     """Whether to run more trials before acting on ``verdict``.
 
