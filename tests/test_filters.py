@@ -33,6 +33,7 @@ SETTINGS = {
 
 def test_filter_names():
     assert set(F) == {
+        "side_by_side_unit",
         "vllm_serve_argv",
         "systemd_exec_quote",
         "vllm_speculative_errors",
@@ -153,3 +154,42 @@ def test_missing_package_gives_an_actionable_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_benchgate)
     with pytest.raises(AnsibleFilterError, match="need the .benchgate. Python package"):
         F["systemd_exec_quote"](["/bin/true"])
+
+
+UNIT = """[Unit]
+Description=vLLM OpenAI-compatible server (tiny)
+
+[Service]
+ExecStart=/opt/vllm/current/bin/vllm serve /srv/models/tiny --host 0.0.0.0 --port 8000 \
+--speculative-config "{\\"method\\": \\"ngram\\", \\"num_speculative_tokens\\": 3}"
+RemoveIPC=true
+NoNewPrivileges=true
+"""
+
+
+def test_side_by_side_unit_runs_the_old_release_on_loopback_and_its_own_port():
+    unit = UNIT.replace(" \\\n", " ")  # one ExecStart line, as vllm.service.j2 writes it
+    out = F["side_by_side_unit"](unit, "/opt/vllm/releases/0.31.0/bin/vllm", 8001)
+    exec_line = next(line for line in out.splitlines() if line.startswith("ExecStart="))
+    words = exec_line[len("ExecStart=") :].split(" ")
+    assert words[:3] == ["/opt/vllm/releases/0.31.0/bin/vllm", "serve", "/srv/models/tiny"]
+    assert words[words.index("--host") + 1] == "127.0.0.1"
+    assert words[words.index("--port") + 1] == "8001"
+    assert words.count("--port") == words.count("--host") == 1
+    # The speculative settings and the hardening are the old unit's.
+    assert '--speculative-config "{\\"method\\": \\"ngram\\"' in exec_line
+    assert "RemoveIPC=false" in out and "RemoveIPC=true" not in out
+    assert "NoNewPrivileges=true" in out
+    assert "side by side" in out.splitlines()[1]
+    # A unit without --host/--port gets both.
+    bare = "[Service]\nExecStart=/opt/vllm/current/bin/vllm serve m\n"
+    assert F["side_by_side_unit"](bare, "/r/bin/vllm", 9001).splitlines()[1] == (
+        "ExecStart=/r/bin/vllm serve m --port 9001 --host 127.0.0.1"
+    )
+
+
+def test_side_by_side_unit_refuses_what_it_cannot_run():
+    with pytest.raises(AnsibleFilterError, match="no ExecStart"):
+        F["side_by_side_unit"]("[Service]\n", "/r/bin/vllm", 8001)
+    with pytest.raises(AnsibleFilterError, match="TCP port"):
+        F["side_by_side_unit"](UNIT, "/r/bin/vllm", 70000)

@@ -230,6 +230,15 @@ def token_errors(value: Any, name: str = "the token") -> list[str]:
     return list(_serve().token_errors(name, value))
 
 
+def side_by_side_unit(unit: Any, executable: Any, port: Any, host: Any = "127.0.0.1") -> str:
+    """The unit that served before, for a server beside the candidate
+    (see benchgate.serve.side_by_side_unit)."""
+    try:
+        return str(_serve().side_by_side_unit(str(unit), str(executable), int(port), str(host)))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"side_by_side_unit: {exc}") from exc
+
+
 class FilterModule:
     """vLLM command line and systemd quoting filters."""
 
@@ -244,4 +253,5 @@ class FilterModule:
             "systemd_env_line": systemd_env_line,
             "control_character_settings": control_character_settings,
             "token_errors": token_errors,
+            "side_by_side_unit": side_by_side_unit,
         }

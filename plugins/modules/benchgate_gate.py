@@ -132,8 +132,8 @@ options:
         host allows; a small shared CPU host needs it (docs/benchmarks.md, "Noise on a
         2-core machine").
       - Not applied when the two sides were measured side by side (every result of both
-        sides carries C(interleaved), the pairs match; see the C(vllm_benchmark) module's
-        O(reference_base_url)): their trials alternated in one window of time, so a
+        sides carries C(interleaved) and the pairs match, see the C(vllm_benchmark) module's
+        O(reference_base_url)). Their trials alternated in one window of time, so a
         level that moves between runs moved both alike. RV(side_by_side) says so.
     type: float
   ledger:

@@ -683,6 +683,48 @@ def systemd_quote_argv(argv: Sequence[str]) -> str:
     return " ".join(_quote_word(word) for word in argv)
 
 
+_UNIT_WORD = re.compile(r'"(?:[^"\\]|\\.)*"|\S+')
+
+
+def side_by_side_unit(unit: str, executable: str, port: int, host: str = "127.0.0.1") -> str:
+    """The unit that served before, to run beside the candidate for a side-by-side
+    measurement: the same ExecStart (model, flags, speculative settings, the
+    same environment and hardening) with ``executable`` (the old release's own
+    ``vllm``, not the ``current`` link that now names the candidate), listening
+    on ``host``:``port`` only (loopback by default: nothing else is opened).
+
+    ``RemoveIPC=`` is turned off in the copy: both servers run as one user,
+    and systemd removes that user's IPC objects when a unit with it stops,
+    which would take the candidate's shared memory with it.
+    """
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise ValueError(f"port must be a TCP port (1-65535), got {port!r}")
+    out: list[str] = []
+    found = False
+    for line in unit.splitlines():
+        if line.startswith("ExecStart="):
+            found = True
+            words = _UNIT_WORD.findall(line[len("ExecStart=") :])
+            words[0] = _quote_word(executable)
+            for flag, value in (("--port", str(port)), ("--host", host)):
+                if flag in words[1:-1]:
+                    words[words.index(flag, 1) + 1] = _quote_word(value)
+                else:
+                    words = [w for w in words if not w.startswith(flag + "=")]
+                    words += [flag, _quote_word(value)]
+            line = "ExecStart=" + " ".join(words)
+        elif line.startswith("Description="):
+            line += " - the release that served before, side by side"
+        elif line.startswith("RemoveIPC="):
+            line = "RemoveIPC=false"
+        out.append(line)
+    if not found:
+        raise ValueError("the unit has no ExecStart= line")
+    if not executable.startswith("/"):
+        raise ValueError(f"the executable must be an absolute path, got {executable!r}")
+    return "\n".join(out) + "\n"
+
+
 # --------------------------------------------------------------------------
 # values that reach the unit file and the EnvironmentFile
 # --------------------------------------------------------------------------
