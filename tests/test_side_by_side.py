@@ -161,3 +161,49 @@ def test_the_progress_logger_keeps_one_median_per_side() -> None:
         "benchgate h candidate, stage busy, reference: trial 2/2: 20.0 output tok/s "
         "(median so far 15.0)"
     )
+
+
+def test_signed_rank_counts_match_every_sign_pattern() -> None:
+    from itertools import product
+
+    for n in range(1, 8):
+        brute = [0] * (n * (n + 1) // 2 + 1)
+        for signs in product((0, 1), repeat=n):
+            brute[sum(r for r, s in zip(range(1, n + 1), signs) if s)] += 1
+        assert stats._signed_rank_counts(n) == brute
+
+
+def test_pairs_see_through_a_drifting_machine_that_two_samples_cannot() -> None:
+    import random
+
+    rng = random.Random(7)
+    # The machine's level wanders by +-25% between pairs; within a pair the
+    # candidate is 3% slower, give or take 1%.
+    level = [400.0 * (1 + 0.25 * rng.uniform(-1, 1)) for _ in range(12)]
+    base = [x * (1 + rng.gauss(0, 0.01)) for x in level]
+    cand = [x * 0.97 * (1 + rng.gauss(0, 0.01)) for x in level]
+    pair = stats.signed_rank_shift(base, cand, 0.05)
+    apart = stats.hodges_lehmann(base, cand, 0.05)
+    assert pair.change == pytest.approx(-0.03, abs=0.01)
+    assert -0.06 < pair.change_lo < pair.change < pair.change_hi < 0.0
+    assert pair.p_lower < 0.01
+    # As two samples, the drift swamps the 3%: an interval over three times as wide.
+    assert apart.change_lo < -0.08 and apart.change_hi > 0.04
+    assert apart.change_hi - apart.change_lo > 3 * (pair.change_hi - pair.change_lo)
+    # Twelve pairs at alpha 0.05: the 18th smallest of 78 Walsh averages
+    # (P(T+ <= 17) = 0.0461 <= 0.05 < P(T+ <= 18)).
+    counts = stats._signed_rank_counts(12)
+    assert sum(counts[:18]) / 2**12 <= 0.05 < sum(counts[:19]) / 2**12
+
+
+def test_paired_judging_drops_a_pair_with_an_invalid_trial() -> None:
+    b = make_result(1.0, n=6, seed=1)
+    c = make_result(1.0, n=6, seed=2)
+    c["trials"][2] = {"index": 2, "valid": False, "invalid_reason": "error rate", "metrics": None}
+    bv, cv, runs = stats.paired_samples(b, c, "output_tokens_per_s")
+    assert len(bv) == len(cv) == 5 and runs == [0] * 5
+    assert bv[2] == b["trials"][3]["metrics"]["output_tokens_per_s"]
+    verdict = stats.judge_results(b, c, config=stats.GateConfig(paired=True))
+    tput = verdict.metric("output_tokens_per_s")
+    assert tput.n_baseline == tput.n_candidate == 5
+    assert "5 pairs, side by side" in tput.reason

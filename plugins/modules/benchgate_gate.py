@@ -133,8 +133,10 @@ options:
         2-core machine").
       - Not applied when the two sides were measured side by side (every result of both
         sides carries C(interleaved) and the pairs match, see the C(vllm_benchmark) module's
-        O(reference_base_url)). Their trials alternated in one window of time, so a
-        level that moves between runs moved both alike. RV(side_by_side) says so.
+        O(reference_base_url)). Their trials alternated, so a level that moves between
+        runs moved both alike; they are then judged as pairs (trial i of each side, a
+        Wilcoxon signed-rank test and interval on the pairs' ratios) and no trials are set
+        aside. RV(side_by_side) says so.
     type: float
   ledger:
     description: Path of the SQLite ledger on the controller. Nothing is recorded when omitted.
@@ -238,7 +240,7 @@ reasons:
 side_by_side:
   description:
     - Whether the sides were measured side by side (their trials alternated), so that
-      O(run_spread_pct) was not applied.
+      they were judged as pairs and O(run_spread_pct) was not applied.
   returned: always
   type: bool
 gate_warnings:
@@ -437,10 +439,10 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
             if params.get(key) is not None
         },
     )
-    # Side by side: both releases' trials alternated in one window, so the
-    # run-to-run spread (which A-B-A needs) is not added to the interval.
+    # Side by side: both releases' trials alternated, so they are judged as
+    # pairs, and the run-to-run spread (which A-B-A needs) is not added.
     if paired:
-        config = replace(config, run_spread_pct=0.0)
+        config = replace(config, run_spread_pct=0.0, paired=True)
     # A staged workload is judged stage by stage (benchgate.stages: every stage
     # must pass, alpha split over the stages); an unstaged one as before.
     verdict = bg_stages.judge_any(baseline, candidate, specs, config)

@@ -12,6 +12,7 @@ a pass.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sqlite3
 import sys
@@ -106,6 +107,9 @@ def cmd_judge(args: argparse.Namespace) -> int:
     baseline = load_json(args.baseline)
     candidate = load_json(args.candidate)
     specs, config = config_from_args(args)
+    # Two halves of one side-by-side measurement are judged as pairs.
+    if stats.side_by_side([baseline], [candidate]):
+        config = dataclasses.replace(config, run_spread_pct=0.0, paired=True)
     verdict = stages.judge_any(
         baseline,
         candidate,

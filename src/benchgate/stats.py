@@ -125,6 +125,20 @@ two parts add as independent variances do. More runs per side (A-B-A, the
 extra candidate trials) narrow it; more trials of one run cannot. The
 smallest limit a schedule can decide follows: see :func:`decidable_limit_pct`.
 
+Pairs: side by side
+-------------------
+Measured side by side (``bench.run_side_by_side_async``), trial i of the
+baseline and trial i of the candidate ran back to back with the same prompts,
+in the order A B, then B A (ABBA). Whatever the machine did over those few
+seconds, it did to both; between pairs it may have done anything. So with
+``paired`` the two sides are judged as pairs: the change is the
+Hodges-Lehmann estimate of the pairs' log-ratios (the median of their Walsh
+averages), its one-sided bounds the Walsh averages at the exact Wilcoxon
+signed-rank critical rank, and the p-values Wilcoxon's. The run-to-run
+spread is not added (both sides share every run), and no trials are set
+aside (a pair has to stay whole). A pair with an invalid trial on either
+side is dropped.
+
 Reasons
 -------
 Every reason tells one story: the Hodges-Lehmann estimate of the change and
@@ -238,6 +252,10 @@ class GateConfig:
     # Standard deviation of a measurement run's level, percent (see "Runs"
     # in the module docstring); 0 = the trials of one run suffice.
     run_spread_pct: float = 0.0
+    # Side by side (see "Pairs" in the module docstring): trial i of the
+    # baseline and trial i of the candidate ran back to back, and are judged
+    # as pairs (Wilcoxon signed-rank) instead of as two samples.
+    paired: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 0.5:
@@ -405,6 +423,56 @@ def _rank_for_bound(m: int, n: int, alpha: float) -> int:
     mean = m * n / 2.0
     sd = math.sqrt(m * n * (m + n + 1) / 12.0)
     return max(0, int(math.floor(mean - z * sd)))
+
+
+def _signed_rank_counts(n: int) -> list[int]:
+    """Number of sign patterns giving the signed-rank sum T+ = 0..n(n+1)/2 under H0."""
+    counts = [1] + [0] * (n * (n + 1) // 2)
+    for rank in range(1, n + 1):
+        for t in range(len(counts) - 1, rank - 1, -1):
+            counts[t] += counts[t - rank]
+    return counts
+
+
+def signed_rank_shift(
+    baseline: Sequence[float], candidate: Sequence[float], alpha: float = 0.05
+) -> ShiftEstimate:
+    """Relative change of ``candidate`` over ``baseline`` from pairs (``baseline[i]``
+    with ``candidate[i]``), with one-sided bounds: see "Pairs" in the module docstring.
+
+    All values must be positive and finite; both lists the same length.
+    """
+    from scipy.stats import wilcoxon
+
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError("pairs need two lists of the same, non-zero length")
+    d = [math.log(c) - math.log(b) for b, c in zip(baseline, candidate, strict=True)]
+    n = len(d)
+    walsh = sorted((d[i] + d[j]) / 2.0 for i in range(n) for j in range(i, n))
+    shift = _median(walsh)
+    counts = _signed_rank_counts(n)
+    total = 2**n
+    k = 0
+    cum = 0
+    for t, count in enumerate(counts):
+        cum += count
+        if cum <= alpha * total * (1 + 1e-12):
+            k = t + 1
+        else:
+            break
+    lo, hi = (walsh[k - 1], walsh[len(walsh) - k]) if k >= 1 else (-math.inf, math.inf)
+    if all(x == 0 for x in d):
+        p_lower = p_higher = 1.0
+    else:
+        p_lower = float(wilcoxon(d, alternative="less").pvalue)
+        p_higher = float(wilcoxon(d, alternative="greater").pvalue)
+    return ShiftEstimate(
+        change=math.expm1(shift),
+        change_lo=math.expm1(lo) if math.isfinite(lo) else -math.inf,
+        change_hi=math.expm1(hi) if math.isfinite(hi) else math.inf,
+        p_lower=p_lower,
+        p_higher=p_higher,
+    )
 
 
 def hodges_lehmann(
@@ -588,10 +656,18 @@ def judge_metric(
     keep = max(cfg.min_trials, SET_ASIDE_KEEPS)
     full_b, b_drop = clean_samples(baseline)
     full_c, c_drop = clean_samples(candidate)
-    b, b_aside = _set_aside_by_run(baseline, baseline_runs, direction, cfg.set_aside_slowest, keep)
-    c, c_aside = _set_aside_by_run(
-        candidate, candidate_runs, direction, cfg.set_aside_slowest, keep
-    )
+    if cfg.paired:
+        # Pairs stay whole: judge_results hands clean, aligned pairs.
+        if len(full_b) != len(full_c) or b_drop or c_drop:
+            raise ValueError("paired judging needs clean pairs of equal number")
+        b, b_aside, c, c_aside = full_b, 0, full_c, 0
+    else:
+        b, b_aside = _set_aside_by_run(
+            baseline, baseline_runs, direction, cfg.set_aside_slowest, keep
+        )
+        c, c_aside = _set_aside_by_run(
+            candidate, candidate_runs, direction, cfg.set_aside_slowest, keep
+        )
     b_drop += invalid_baseline
     c_drop += invalid_candidate
     limit = float(spec.max_regression_pct)
@@ -628,7 +704,10 @@ def judge_metric(
         return MetricVerdict(verdict=INCONCLUSIVE, reason=why + ")", **common)
 
     runs = (common["runs_baseline"], common["runs_candidate"])
-    est = widen_for_runs(hodges_lehmann(b, c, cfg.alpha), cfg.run_spread_pct, runs, cfg.alpha)
+    if cfg.paired:
+        est = signed_rank_shift(b, c, cfg.alpha)
+    else:
+        est = widen_for_runs(hodges_lehmann(b, c, cfg.alpha), cfg.run_spread_pct, runs, cfg.alpha)
     change = est.change * 100.0
     lo = est.change_lo * 100.0
     hi = est.change_hi * 100.0
@@ -652,9 +731,10 @@ def judge_metric(
         + (f"; the slowest {b_aside}+{c_aside} trials set aside" if aside else "")
         + (
             f"; {runs[0]}+{runs[1]} runs, {cfg.run_spread_pct:g}% run-to-run spread included"
-            if cfg.run_spread_pct > 0
+            if cfg.run_spread_pct > 0 and not cfg.paired
             else ""
         )
+        + (f"; {len(b)} pairs, side by side" if cfg.paired else "")
         + ")"
     )
 
@@ -678,7 +758,7 @@ def judge_metric(
         verdict = INCONCLUSIVE
         # More trials of the same runs cannot narrow the run-to-run term: when
         # the limit is below what the runs can decide, say so instead.
-        floor = decidable_limit_pct(cfg.run_spread_pct, runs, cfg.alpha)
+        floor = 0.0 if cfg.paired else decidable_limit_pct(cfg.run_spread_pct, runs, cfg.alpha)
         advice = (
             f"the {limit:g}% limit is below the {floor:.1f}% that {runs[0]}+{runs[1]} runs "
             f"with a {cfg.run_spread_pct:g}% run-to-run spread can decide: raise the limit, "
@@ -883,6 +963,34 @@ def samples_and_runs(
     return values, runs
 
 
+def paired_samples(
+    baseline: Mapping[str, Any], candidate: Mapping[str, Any], metric: str, stat: str = "median"
+) -> tuple[list[float], list[float], list[int]]:
+    """The values of trials that ran as pairs (side by side): the baseline's and
+    the candidate's trial with the same run and index, both valid with a
+    positive, finite value; and each pair's run. In the order run."""
+
+    def by_key(result: Mapping[str, Any]) -> dict[tuple[int, int], float]:
+        out: dict[tuple[int, int], float] = {}
+        for trial in _trials(result):
+            metrics = trial.get("metrics")
+            if not _trial_valid(trial) or not isinstance(metrics, Mapping):
+                continue
+            value = _metric_value(metrics, metric, stat)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if not (math.isfinite(value) and value > 0):
+                continue
+            run = trial.get("run", 0)
+            key = (run if isinstance(run, int) else 0, int(trial.get("index", -1)))
+            out[key] = float(value)
+        return out
+
+    b, c = by_key(baseline), by_key(candidate)
+    keys = sorted(set(b) & set(c))
+    return [b[k] for k in keys], [c[k] for k in keys], [k[0] for k in keys]
+
+
 def samples_from_result(
     result: Mapping[str, Any], metric: str, stat: str = "median"
 ) -> list[float]:
@@ -917,8 +1025,12 @@ def judge_results(
     results = []
     for spec in specs:
         stat = "median" if spec.resolved_direction() is Direction.HIGHER else cfg.latency_stat
-        b_values, b_runs = samples_and_runs(baseline, spec.name, stat)
-        c_values, c_runs = samples_and_runs(candidate, spec.name, stat)
+        if cfg.paired:
+            b_values, c_values, b_runs = paired_samples(baseline, candidate, spec.name, stat)
+            c_runs = b_runs
+        else:
+            b_values, b_runs = samples_and_runs(baseline, spec.name, stat)
+            c_values, c_runs = samples_and_runs(candidate, spec.name, stat)
         results.append(
             judge_metric(
                 spec,
