@@ -41,6 +41,11 @@ def _params(baseline: Any, candidate: Any, limit: float, spread: float) -> dict[
     }
 
 
+def _load(folder: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / name).read_text(encoding="utf-8"))
+    return data
+
+
 def _strip(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k != "interleaved"}
 
@@ -67,12 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         first = folder / "side-by-side.json"
         if not first.is_file():
             continue
-        load = lambda name: json.loads((folder / name).read_text(encoding="utf-8"))  # noqa: E731
-        cand = [load("side-by-side.json")]
-        ref = [load("side-by-side-reference.json")]
+        cand = [_load(folder, "side-by-side.json")]
+        ref = [_load(folder, "side-by-side-reference.json")]
         if (folder / "candidate-more-reference.json").is_file():
-            cand.append(load("candidate-more.json"))
-            ref.append(load("candidate-more-reference.json"))
+            cand.append(_load(folder, "candidate-more.json"))
+            ref.append(_load(folder, "candidate-more-reference.json"))
         for label, n in (("first", 1), ("+more", len(cand))):
             if label == "+more" and n == 1:
                 continue
