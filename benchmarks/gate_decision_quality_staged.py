@@ -45,6 +45,11 @@ Two methods, on the same records:
   runs measured only while INCONCLUSIVE). A regression scales the candidate
   runs' trials of one stage. Windows overlap, so the comparisons are not
   independent: the intervals printed for replay are too narrow.
+  ``--replay pairs:N+E`` replays side by side (``benchgate_side_by_side``)
+  instead: from the first trial of every recorded run on, each stage's
+  consecutive trials in the order they ran are cut into N ABBA pairs (E more
+  while INCONCLUSIVE) and judged as the gate judges pairs. One server's
+  trials a few seconds apart: A/A with the machine's own noise.
 
 With ``--from``, the report also gives each stage's run-to-run spread per
 metric and the limit it lets A-B-A decide. ``--gates-from WORKLOAD`` judges
@@ -89,7 +94,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -388,7 +393,88 @@ def replay(
     return tally
 
 
+def _pairs(
+    seq: Sequence[Mapping[str, Any]], stage: str, slow: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Consecutive trials as side by side makes them: pair i is trials 2i and
+    2i+1, the reference first on even pairs and the candidate first on odd
+    ones (ABBA); the candidate's slowed by ``slow`` (1.0: A/A)."""
+    a: list[dict[str, Any]] = []
+    b: list[dict[str, Any]] = []
+    for i in range(len(seq) // 2):
+        first, second = seq[2 * i], seq[2 * i + 1]
+        ref, cand = (first, second) if i % 2 == 0 else (second, first)
+        a.append({**ref, "index": i, "stage": stage})
+        b.append({**slowed(cand, slow), "index": i, "stage": stage})
+    return a, b
+
+
+def replay_pairs(
+    runs: Sequence[dict[str, Any]],
+    trials: int,
+    extra: int,
+    judge: Judge,
+    stage: str | None,
+    factor: float,
+) -> StagedTally:
+    """Side by side on recorded runs of one server: each stage's trials in the
+    order they ran, from the first trial of each recorded run on (wrapping
+    around), cut into ABBA pairs as ``_pairs`` does: ``trials`` pairs per
+    stage, while INCONCLUSIVE ``extra`` more; judged as pairs (the gate's
+    ``paired``, no run spread). Every pair is two of one server's trials a
+    few seconds apart, so this is A/A with the server's own noise; a
+    regression slows the candidate's trials of one stage."""
+    names = stages.stage_names(runs[0])
+    seqs = {
+        n: [t for r in runs for t in r.get("trials") or [] if t.get("stage") == n] for n in names
+    }
+    starts = {n: [0] for n in names}
+    for n in names:
+        for r in runs[:-1]:
+            starts[n].append(starts[n][-1] + sum(1 for t in r["trials"] if t.get("stage") == n))
+    config = replace(judge.config, paired=True, run_spread_pct=0.0)
+    paired_judge = replace(judge, config=config)
+    tally = StagedTally()
+
+    def measurement(start: int, offset: int, count: int, run: int) -> tuple[dict, dict]:
+        a_trials: list[dict[str, Any]] = []
+        b_trials: list[dict[str, Any]] = []
+        for n in names:
+            seq = seqs[n]
+            window = [seq[(starts[n][start] + offset + j) % len(seq)] for j in range(2 * count)]
+            a, b = _pairs(window, n, factor if n == stage else 1.0)
+            a_trials += a
+            b_trials += b
+        mark = {"id": f"{start}-{run}"}
+        head = {"schema": "benchgate.result/1", "workload": runs[0].get("workload")}
+        head["stages"] = [{"name": n} for n in names]
+        return (
+            {**head, "trials": a_trials, "interleaved": {**mark, "side": "reference"}},
+            {**head, "trials": b_trials, "interleaved": {**mark, "side": "candidate"}},
+        )
+
+    for start in range(len(runs)):
+        a, b = measurement(start, 0, trials, 0)
+        sides = ([a], [b])
+        verdict = paired_judge(*sides)
+        per_stage = float(trials)
+        if verdict.verdict == stats.INCONCLUSIVE and extra:
+            a2, b2 = measurement(start, 2 * trials, extra, 1)
+            verdict = paired_judge([a, a2], [b, b2])
+            per_stage += extra
+        tally.add(verdict, per_stage, stage)
+    return tally
+
+
 def check_design(text: str) -> str:
+    if text.startswith("pairs"):
+        _, _, counts = text.partition(":")
+        n, _, e = (counts or "8+16").partition("+")
+        if not (n.isdigit() and int(n) >= 3 and (not e or e.isdigit())):
+            raise argparse.ArgumentTypeError(
+                f"design {text!r}: pairs or pairs:N+E, e.g. pairs:8+16"
+            )
+        return f"pairs:{int(n)}+{int(e or 0)}"
     first, _, more = text.partition("+")
     if not first or set(first + more) - {"A", "B"} or "A" not in first or "B" not in first:
         raise argparse.ArgumentTypeError(
@@ -570,11 +656,18 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
         judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction, gates)
         rows = []
         for design in args.replay:
-            aa = replay(runs, design, judge, None, 1.0)
+
+            def one(stage: str | None, factor: float, design: str = design) -> StagedTally:
+                if design.startswith("pairs:"):
+                    n, _, e = design.partition(":")[2].partition("+")
+                    return replay_pairs(runs, int(n), int(e), judge, stage, factor)
+                return replay(runs, design, judge, stage, factor)
+
+            aa = one(None, 1.0)
             rows.append((f"replay {design}", "A/A", aa, None))
             found = {}
             for name in pools.names:
-                found[name] = replay(runs, design, judge, name, 1.0 - slow)
+                found[name] = one(name, 1.0 - slow)
                 rows.append(
                     (
                         f"replay {design}",
@@ -642,7 +735,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="TRIALS+EXTRA[xROUNDS][:bound|:point][:aba] per stage, repeatable "
         "(default: the workload's trials + 16, the playbook's benchgate_extra_trials)",
     )
-    p.add_argument("--replay", action="append", type=check_design, help="AB+B, ABA+B (--from)")
+    p.add_argument(
+        "--replay",
+        action="append",
+        type=check_design,
+        help="AB+B, ABA+B, or pairs[:N+E] (side by side; --from)",
+    )
     p.add_argument(
         "--gates-from",
         metavar="WORKLOAD",

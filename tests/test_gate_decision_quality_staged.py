@@ -140,6 +140,26 @@ def test_replay_keeps_the_recorded_runs_and_slows_one_stage(mod):
     ]
 
 
+def test_pairs_replay_cuts_each_stage_into_abba_pairs_judged_as_pairs(mod):
+    # Runs whose level drifts by 20% from run to run: as pairs, that cancels.
+    pools = quiet_pools(mod)
+    rng = random.Random(5)
+    noise = mod.dq.Noise(0.01, 0.0)
+    runs = [mod.measure(pools, 6, rng, noise, 0.2, {}, False) for _ in range(10)]
+    aa = mod.replay_pairs(runs, 8, 16, judge(mod), None, 1.0)
+    slow = mod.replay_pairs(runs, 8, 16, judge(mod), "busy", 0.85)
+    assert aa.comparisons == slow.comparisons == 10
+    assert aa.blocked == 0 and aa.trials == 10 * 8  # decided at the first 8 pairs
+    assert slow.fail == 10 and slow.blocked_by["busy"] == 10 and slow.failed_elsewhere == 0
+    seq = [{"metrics": {TPUT: float(i)}} for i in range(8)]
+    a, b = mod._pairs(seq, "busy", 1.0)
+    # ABBA: reference first, then candidate first, and so on.
+    assert [t["metrics"][TPUT] for t in a] == [0.0, 3.0, 4.0, 7.0]
+    assert [t["metrics"][TPUT] for t in b] == [1.0, 2.0, 5.0, 6.0]
+    assert [t["index"] for t in a] == [t["index"] for t in b] == [0, 1, 2, 3]
+    assert mod.check_design("pairs") == "pairs:8+16"
+
+
 def _staged_file(path: Path, seed: int) -> Path:
     rng = random.Random(seed)
     trials = []
