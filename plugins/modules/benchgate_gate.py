@@ -323,7 +323,6 @@ import json
 import os
 import sqlite3
 import traceback
-from dataclasses import replace
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -393,33 +392,23 @@ def load_result(value: Any, name: str) -> dict[str, Any]:
     raise ValueError(f"{name} must be a result dict or the path of a result JSON file")
 
 
-def load_results(value: Any, name: str) -> dict[str, Any]:
-    """One result, or a list of them merged into one (all their trials are judged).
-
-    Lists come from more trials measured after an INCONCLUSIVE verdict, and from
-    the second measurement of each side in an A-B-A-B run.
-    """
+def _as_list(value: Any, name: str) -> list[dict[str, Any]]:
+    """Every result of one side: one, or a list, whose trials are all judged
+    (merged): more trials measured after an INCONCLUSIVE verdict, A-B-A's
+    second baseline, a second side-by-side measurement."""
     if isinstance(value, list):
         if not value:
             raise ValueError(f"{name}: an empty list of results")
-        return bg_stages.merge_staged(
-            [load_result(item, f"{name}[{i}]") for i, item in enumerate(value)]
-        )
-    return load_result(value, name)
-
-
-def _as_list(value: Any, name: str) -> list[dict[str, Any]]:
-    items = value if isinstance(value, list) else [value]
-    return [load_result(item, f"{name}[{i}]") for i, item in enumerate(items)]
+        return [load_result(item, f"{name}[{i}]") for i, item in enumerate(value)]
+    return [load_result(value, name)]
 
 
 def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     """Judge (and record unless ``check_mode``); return the module's result."""
-    baseline = load_results(params["baseline"], "baseline")
-    candidate = load_results(params["candidate"], "candidate")
-    paired = bg_stats.side_by_side(
-        _as_list(params["baseline"], "baseline"), _as_list(params["candidate"], "candidate")
-    )
+    baselines = _as_list(params["baseline"], "baseline")
+    candidates = _as_list(params["candidate"], "candidate")
+    baseline = bg_stages.merge_staged(baselines)
+    candidate = bg_stages.merge_staged(candidates)
     thresholds = {str(k): float(v) for k, v in (params["thresholds"] or {}).items()}
     specs = bg_stats.make_specs(
         metrics=params["metrics"],
@@ -441,8 +430,7 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     )
     # Side by side: both releases' trials alternated, so they are judged as
     # pairs, and the run-to-run spread (which A-B-A needs) is not added.
-    if paired:
-        config = replace(config, run_spread_pct=0.0, paired=True)
+    config = bg_stats.config_for(config, baselines, candidates)
     # A staged workload is judged stage by stage (benchgate.stages: every stage
     # must pass, alpha split over the stages); an unstaged one as before.
     verdict = bg_stages.judge_any(baseline, candidate, specs, config)
@@ -466,7 +454,7 @@ def gate(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "passed": out["passed"],
         "reasons": out["reasons"],
         "gate_warnings": out["warnings"],
-        "side_by_side": paired,
+        "side_by_side": config.paired,
         "metrics": metrics,
         "table": (
             bg_stages.render_table(verdict)

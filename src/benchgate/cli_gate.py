@@ -12,7 +12,6 @@ a pass.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sqlite3
 import sys
@@ -108,8 +107,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     candidate = load_json(args.candidate)
     specs, config = config_from_args(args)
     # Two halves of one side-by-side measurement are judged as pairs.
-    if stats.side_by_side([baseline], [candidate]):
-        config = dataclasses.replace(config, run_spread_pct=0.0, paired=True)
+    config = stats.config_for(config, [baseline], [candidate])
     verdict = stages.judge_any(
         baseline,
         candidate,

@@ -1167,6 +1167,18 @@ def side_by_side(
     return bool(b) and b is not None and c is not None and sorted(b) == sorted(c)
 
 
+def config_for(
+    config: GateConfig,
+    baselines: Sequence[Mapping[str, Any]],
+    candidates: Sequence[Mapping[str, Any]],
+) -> GateConfig:
+    """``config`` as the gate applies it to these results: judged as pairs, without
+    the run-to-run spread, when they are side by side (:func:`side_by_side`)."""
+    if side_by_side(baselines, candidates):
+        return replace(config, run_spread_pct=0.0, paired=True)
+    return config
+
+
 def needs_more_trials(verdict: Verdict | str, trials_done: int, budget: int) -> bool:
     """Whether to run more trials before acting on ``verdict``.
 
