@@ -329,5 +329,5 @@ def test_a_version_2_ledger_gains_the_stage_columns(tmp_path: Path) -> None:
     conn.close()
     assert ledger.check(db) == 2
     [old] = ledger.runs(db)
-    assert ledger.check(db) == ledger.SCHEMA_VERSION == 3
+    assert ledger.check(db) == ledger.SCHEMA_VERSION == 4
     assert old.stages is None and old.trials == [{"index": 0, "valid": True, "metrics": {}}]

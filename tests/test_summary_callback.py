@@ -129,3 +129,21 @@ def test_a_staged_verdict_names_the_stage_its_figures_come_from() -> None:
         .endswith("10.6% worse (95% interval 18.1% worse to 2.8% worse) at busy  INCONCLUSIVE")
     )
     assert " at " not in lines[2]
+
+
+def test_a_host_lost_during_the_run_is_listed_lost_with_the_task_it_was_lost_in() -> None:
+    """A host that went unreachable is named even when the play recorded nothing
+    for it; a host with a verdict keeps it, and the task is added to its reasons."""
+    recorded = {
+        "b": {"from": "0.31.0", "to": "0.32.0", "verdict": "PASS", "reasons": ["ok"]},
+        "c": {"from": "0.31.0", "to": "0.32.0", "verdict": "LOST", "reasons": ["lost: ..."]},
+    }
+    merged = summary.add_lost(recorded, {"a": "Measure the serving release", "b": "Return"})
+    assert merged["a"]["verdict"] == "LOST"
+    assert merged["a"]["reasons"] == ['unreachable during "Measure the serving release"']
+    assert merged["b"]["verdict"] == "PASS"
+    assert merged["b"]["reasons"] == ["ok", 'unreachable during "Return"']
+    assert merged["c"] == recorded["c"]
+    assert recorded["b"]["reasons"] == ["ok"]  # the input is not changed
+    lines = summary.format_summary(merged)
+    assert any(line.startswith("a ") and line.rstrip().endswith("LOST") for line in lines), lines

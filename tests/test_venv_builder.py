@@ -173,3 +173,28 @@ def test_a_release_marker_written_by_earlier_benchgate_still_counts_as_complete(
     assert done.returncode == 0, done.stdout[-3000:]
     assert "NEEDED=False" in done.stdout
     assert not (venv / "bin" / "python").exists()  # nothing was built
+
+
+@pytest.mark.skipif(ANSIBLE_PLAYBOOK is None, reason="ansible-playbook not installed")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the builder makes root-owned files")
+def test_the_folder_that_serves_is_never_rebuilt_under_another_name(tmp_path: Path) -> None:
+    """benchgate_venv_protect names the serving folder through a link; the venv is
+    the same folder written through a symlinked parent with a trailing slash."""
+    real = tmp_path / "real"
+    venv = real / "releases" / "1.0"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "sentinel").write_text("serving\n")
+    (real / "current").symlink_to(venv)
+    (tmp_path / "alias").symlink_to(real)
+    done = _build(
+        tmp_path,
+        tmp_path / "alias" / "releases" / "1.0",
+        {"version": "1.0", "extra": "other"},
+        ["# other pins"],
+        benchgate_venv_fresh=True,
+        benchgate_venv_protect=f"{tmp_path}/alias//current/",
+    )
+    out = " ".join(done.stdout.split())
+    assert done.returncode != 0, out[-3000:]
+    assert "it serves, and benchgate never removes or rebuilds it. Nothing was changed." in out
+    assert sorted(p.name for p in venv.iterdir()) == ["bin", "sentinel"]

@@ -20,6 +20,8 @@ description:
     verdict and whether the host was rolled back; then, per host, the speculative decoding
     A/B table (every arm's tokens/s, TTFT, acceptance and per-position acceptance, and the
     arm chosen).
+  - A host that became unreachable during the run is listed with the verdict C(LOST) and
+    the task it was lost in, whether or not the play recorded it.
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
     also written there as JSON.
 requirements:
@@ -115,14 +117,35 @@ def format_summary(summary: dict) -> list[str]:
     return lines
 
 
+def add_lost(summary: dict, lost: dict) -> dict:
+    """The summary with every host lost during the run (host -> the task it was
+    lost in): LOST when the play left no verdict for it, the task named either way."""
+    out = {host: dict(item) for host, item in summary.items()}
+    for host, task in lost.items():
+        item = out.setdefault(host, {"from": "?", "to": "?", "verdict": "LOST", "reasons": []})
+        if item.get("verdict") not in ("PASS", "FAIL", "INCONCLUSIVE"):
+            item["verdict"] = "LOST"
+        item["reasons"] = [*(item.get("reasons") or []), f'unreachable during "{task}"']
+    return out
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
     CALLBACK_NAME = "benchgate_summary"
     CALLBACK_NEEDS_ENABLED = True
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lost: dict[str, str] = {}
+
+    def v2_runner_on_unreachable(self, result):  # noqa: D102 - Ansible's hook
+        self._lost.setdefault(result._host.get_name(), result._task.get_name())
+
     def v2_playbook_on_stats(self, stats):  # noqa: D102 - Ansible's hook
-        summary = (stats.custom.get("_run") or {}).get("benchgate_summary")
+        summary = add_lost(
+            (stats.custom.get("_run") or {}).get("benchgate_summary") or {}, self._lost
+        )
         if not summary:
             return
         self._display.banner("BENCHGATE SUMMARY")

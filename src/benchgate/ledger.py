@@ -99,6 +99,20 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE trials ADD COLUMN stage TEXT;
     ALTER TABLE runs ADD COLUMN stages_json TEXT;
     """,
+    # 4: what happened to a host apart from a verdict: lost (unreachable, or
+    # failed before its verdict) during a rolling upgrade.
+    """
+    CREATE TABLE host_events (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at     TEXT NOT NULL,
+        host            TEXT NOT NULL,
+        run_name        TEXT,
+        release         TEXT,
+        event           TEXT NOT NULL CHECK (event IN ('lost')),
+        reason          TEXT NOT NULL
+    );
+    CREATE INDEX host_events_host_time ON host_events (host, recorded_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -505,6 +519,44 @@ def record_verdict(
             ),
         )
         return int(cur.lastrowid or 0)
+
+
+HOST_EVENTS = ("lost",)
+
+
+def record_host_event(
+    db: DbLike,
+    *,
+    host: str,
+    event: str,
+    reason: str,
+    run_name: str | None = None,
+    release: str | None = None,
+    recorded_at: str | None = None,
+) -> int:
+    """Store what happened to a host apart from a verdict (``lost``); return its id."""
+    if event not in HOST_EVENTS:
+        raise ValueError(f"event must be one of {', '.join(HOST_EVENTS)}, got {event!r}")
+    if not host:
+        raise ValueError("record_host_event needs a host")
+    with _open(db) as conn, _transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO host_events (recorded_at, host, run_name, release, event, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (recorded_at or utcnow(), host, run_name, release, event, reason),
+        )
+        return int(cur.lastrowid or 0)
+
+
+def host_events(db: DbLike, host: str | None = None) -> list[dict[str, Any]]:
+    """Every host event (of ``host``), newest first."""
+    sql = "SELECT * FROM host_events"
+    args: tuple[str, ...] = ()
+    if host:
+        sql, args = sql + " WHERE host = ?", (host,)
+    with _open(db) as conn:
+        rows = conn.execute(sql + " ORDER BY recorded_at DESC, id DESC", args).fetchall()
+    return [dict(row) for row in rows]
 
 
 # --------------------------------------------------------------------------
