@@ -176,3 +176,72 @@ def test_no_stage_reuses_another_stages_prompts(monkeypatch):
         bench.run_benchmark(srv.base_url, wl)
     assert len(sent) == 2 * (1 + 2 * 3)
     assert len(set(sent)) == len(sent)
+
+
+SECRET = "SECRET123"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # Issue 32: argparse quoted what it could not use, the -e value with it.
+        ["rollout", "--extra_vars", f"vllm_service_api_key={SECRET}"],
+        ["rollout", "-E", f"vllm_service_api_key={SECRET}"],
+        ["rollout", f"-Evllm_service_api_key={SECRET}"],
+        ["rollout", "--bogus", "-e", f"vllm_service_api_key={SECRET}", f"x{SECRET}"],
+        ["rollout", "-e", f"vllm_service_api_key={SECRET}", "--keep-artifacts", SECRET],
+        ["rollout", "-e", f"vllm_service_api_key={SECRET}", f"--ansible-output={SECRET}"],
+        [f"--bogus={SECRET}", "rollout", "-e", f"vllm_service_api_key={SECRET}"],
+        ["rollout", f"--l={SECRET}"],  # ambiguous: --limit, --ledger, --lock-file
+        [SECRET, "-e", f"vllm_service_api_key={SECRET}"],  # an unknown command
+        ["judge", "--baseline", "b", "--candidate", "c", "--threshold", SECRET],
+    ],
+)
+def test_usage_errors_never_echo_a_value(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    out = capsys.readouterr()
+    assert "error:" in out.err
+    assert SECRET not in out.out + out.err
+    # What to fix is still named: the option, never its value.
+    if argv[1] in ("--extra_vars", "-E"):
+        assert f"unrecognized arguments: {argv[1]} <hidden>" in out.err
+
+
+def test_a_real_usage_error_exits_2_without_the_secret():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchgate.cli", "rollout", "--bogus"]
+        + [
+            "-e",
+            f"vllm_service_api_key={SECRET}",
+            "--extra_vars",
+            f"vllm_service_api_key={SECRET}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert SECRET not in done.stdout + done.stderr
+    assert "unrecognized arguments: --bogus --extra_vars <hidden>" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "{vllm_service_api_key: SECRET123",  # not YAML
+        "[SECRET123]",  # not a mapping
+        "SECRET123",  # not KEY=VALUE
+        "{vllm_service_api_key: 'SECRET123'}: x",
+    ],
+)
+def test_a_bad_extra_vars_value_is_not_echoed(value, capsys):
+    code = main(["rollout", "--project-dir", str(REPO), "-e", "vllm_version=0.32.0", "-e", value])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "-e value #2" in err
+    assert SECRET not in err

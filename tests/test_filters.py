@@ -43,6 +43,7 @@ def test_filter_names():
         "systemd_env_line",
         "control_character_settings",
         "token_errors",
+        "api_key_elsewhere",
     }
 
 

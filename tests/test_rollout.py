@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -403,8 +404,11 @@ def test_secrets_stay_out_of_runner_files_and_state_is_private(
 
 
 FAKE_PLAYBOOK = """#!/bin/sh
-# A stand-in for ansible-playbook that keeps "changing hosts" until told to stop.
+# A stand-in for ansible-playbook that keeps "changing hosts" until told to stop,
+# and is slow to stop: it notes each SIGTERM and ends at the second.
 echo $$ > "$FAKE_PID_FILE"
+terms="$FAKE_PID_FILE.term"
+trap 'echo TERM >> "$terms"; [ $(wc -l < "$terms") -lt 2 ] || exit 143' TERM
 while [ ! -e "$FAKE_GO_FILE" ]; do sleep 0.1; done
 """
 
@@ -428,6 +432,9 @@ def _wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
 def test_a_killed_rollout_keeps_the_lock_while_its_playbook_runs(
     project: Path, tmp_path: Path
 ) -> None:
+    """A playbook that does not stop at once when its rollout is killed (here: it
+    ignores the first SIGTERM) keeps the lock, and the next rollout says which
+    process holds it and how to stop it."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "ansible-playbook"
@@ -457,7 +464,9 @@ def test_a_killed_rollout_keeps_the_lock_while_its_playbook_runs(
         child = int(first_child.read_text())
         first.kill()  # SIGKILL: no clean-up of any kind
         first.wait(timeout=30)
-        assert _alive(child)
+        # The kernel told the playbook its rollout died (PR_SET_PDEATHSIG) ...
+        _wait_for(lambda: Path(f"{first_child}.term").is_file(), "the parent-death signal")
+        assert _alive(child)  # ... and this one is slow to stop
 
         # The playbook still runs: a second rollout is refused and says why.
         second_child = tmp_path / "second.pid"
@@ -468,8 +477,12 @@ def test_a_killed_rollout_keeps_the_lock_while_its_playbook_runs(
         assert "another rollout is running" in second.stderr
         assert f"pid {child}" in second.stderr and "still running" in second.stderr
         assert f"pid {first.pid}" in second.stderr  # the rollout that started it
+        assert f"stop it: kill {child} " in second.stderr  # how
         assert not second_child.exists()  # it started nothing
         assert _alive(child)
+        # What the message says stops it.
+        os.kill(child, signal.SIGTERM)
+        _wait_for(lambda: not _alive(child), "the child to stop", timeout=10)
     finally:
         go.touch()
         if child:
@@ -479,3 +492,76 @@ def test_a_killed_rollout_keeps_the_lock_while_its_playbook_runs(
     third = subprocess.run(cmd, env=env(third_child), capture_output=True, text=True, timeout=120)
     assert third.returncode == rollout.EXIT_OK, third.stdout + third.stderr
     assert third_child.is_file()
+
+
+def _carriers(token: str) -> list[int]:
+    """Live processes that carry a run's lock token (what that run started)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or not _alive(int(name)):
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"{rollout.TOKEN_VARIABLE}={token}".encode() in environ:
+            found.append(int(name))
+    return found
+
+
+def _who(pid: int) -> str:
+    """``pid``, its parent, session and command line: what a failure shows."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return f"{pid} (gone)"
+    words = " ".join(a.decode(errors="replace") for a in argv)
+    return f"{pid} (parent {fields[1]}, session {fields[3]}): {words[-80:]}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_rollout_takes_its_playbook_with_it(project: Path, tmp_path: Path) -> None:
+    """Issue 32: ``kill -9`` of ``benchgate rollout`` left its ansible-playbook
+    changing hosts. Now the playbook gets SIGTERM when its rollout dies and
+    stops its workers, and every worker gets SIGTERM when the playbook ends
+    (the benchgate_lock callback, enabled as in benchgate's ansible.cfg): a
+    real ansible-playbook, killed while it starts a task on three hosts."""
+    cfg = project / "ansible.cfg"
+    cfg.write_text(
+        cfg.read_text().replace(
+            "callbacks_enabled = benchgate_summary",
+            "callbacks_enabled = benchgate_summary, benchgate_lock",
+        )
+    )
+    lock_file = tmp_path / "rollout.lock"
+    go = tmp_path / "go"
+    cmd = [sys.executable, "-m", "benchgate.cli", "rollout", "--project-dir", str(project)]
+    cmd += ["--lock-file", str(lock_file), "-e", "vllm_version=1.0.0"]
+    first = subprocess.Popen([*cmd, "-e", f"wait_for_file={go}"], stdout=subprocess.PIPE, text=True)
+    token = ""
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:
+            if "Wait for the go file" in line:
+                break
+        _wait_for(lambda: isinstance(json.loads(lock_file.read_text()).get("child"), int), "child")
+        record = json.loads(lock_file.read_text())
+        token, child = record["token"], record["child"]
+        # ansible-playbook and the first worker that runs wait_for.
+        _wait_for(lambda: len(_carriers(token)) >= 2, "the task's worker")
+        assert _alive(child)
+
+        first.kill()  # SIGKILL: benchgate gets no chance to stop anything
+        first.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while _carriers(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _carriers(token), [_who(pid) for pid in _carriers(token)]
+    finally:
+        go.touch()
+        for pid in _carriers(token) if token else []:
+            os.kill(pid, signal.SIGKILL)
+    # Nothing of that run holds the lock: the next rollout goes ahead.
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert again.returncode == rollout.EXIT_OK, again.stdout + again.stderr

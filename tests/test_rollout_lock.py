@@ -185,6 +185,7 @@ def test_the_lock_stays_busy_while_what_a_killed_holder_started_runs(tmp_path: P
         text = describe_holder(busy.value.holder)
         assert f"pid {playbook}" in text and "still running" in text
         assert f"pid {spawner.pid}" in text  # the rollout that started it
+        assert f"or stop it: kill {playbook} (" in text  # and how to stop it
         assert f"pid {daemon}" not in text  # another session: not the playbook
         assert json.loads(path.read_text())["pid"] == spawner.pid  # record untouched
 

@@ -32,6 +32,10 @@ description:
   - The processes this run starts (modules on a local connection, ssh) carry the lock's
     token in their environment (C(BENCHGATE_LOCK_TOKEN)), so those still running when
     this process is killed keep the lock busy.
+  - In a run started by C(benchgate rollout) (which has the kernel send this process
+    SIGTERM when the rollout dies, C(kill -9) included), every worker this process
+    forks gets SIGTERM when this process ends (Linux C(PR_SET_PDEATHSIG)), so no task
+    goes on after the rollout is gone.
   - "The lock file is C(BENCHGATE_LOCK_FILE) when set (C(benchgate rollout) sets it for
     the runs it starts), else C(artifacts/rollout.lock) in the repository that holds the
     playbook: the default of C(benchgate rollout)."
@@ -57,6 +61,17 @@ def default_lock_file(playbook_path: str) -> Path:
     return Path(playbook_path).resolve().parent.parent / "artifacts" / "rollout.lock"
 
 
+def _workers_end_with_this_process() -> None:
+    """Started by ``benchgate rollout``: it has this process sent SIGTERM when it
+    dies; every worker forked from here on gets SIGTERM when this process ends,
+    even one forked in the moment Ansible's own SIGTERM handler ran."""
+    try:
+        from benchgate.rollout import forks_die_with_their_parent
+    except ImportError:
+        return
+    forks_die_with_their_parent()
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -66,6 +81,8 @@ class CallbackModule(CallbackBase):
     def __init__(self) -> None:
         super().__init__()
         self._lock = None  # held for the life of this process; the kernel drops it at exit
+        if os.environ.get("BENCHGATE_LOCK_TOKEN"):  # started by `benchgate rollout`
+            _workers_end_with_this_process()
 
     def v2_playbook_on_start(self, playbook) -> None:  # type: ignore[no-untyped-def]
         path = playbook._file_name

@@ -225,6 +225,18 @@ def control_character_settings(settings: Any) -> list[str]:
     return list(_serve().control_character_settings(settings))
 
 
+def api_key_elsewhere(
+    extra_args: Any, environments: Any = None, extra_args_name: str = "vllm_service_extra_args"
+) -> list[str]:
+    """Where the API key is set other than in vllm_service_api_key (names, never values)."""
+    if environments is not None and not isinstance(environments, Mapping):
+        raise AnsibleFilterError(
+            "api_key_elsewhere expects a mapping of setting name -> environment, "
+            f"got {type(environments).__name__}"
+        )
+    return list(_serve().api_key_elsewhere(extra_args, environments, str(extra_args_name)))
+
+
 def token_errors(value: Any, name: str = "the token") -> list[str]:
     """An API key or hub token -> problems; [] when unset or usable."""
     return list(_serve().token_errors(name, value))
@@ -253,5 +265,6 @@ class FilterModule:
             "systemd_env_line": systemd_env_line,
             "control_character_settings": control_character_settings,
             "token_errors": token_errors,
+            "api_key_elsewhere": api_key_elsewhere,
             "side_by_side_unit": side_by_side_unit,
         }

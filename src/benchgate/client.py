@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
+from urllib.parse import unquote
 
 import aiohttp
 
@@ -85,6 +87,25 @@ def endpoint_url(base_url: str, api: str) -> str:
     if base.endswith("/v1"):
         base = base[:-3]
     return f"{base}/v1/chat/completions" if api == "chat" else f"{base}/v1/completions"
+
+
+# An IPv6 zone in a URL's host, written %25 as RFC 6874 wants it:
+# http://[fe80::1%25eth0]:8000/...
+_URL_ZONE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://\[[0-9A-Fa-f:.]+)%25([^\]]+)\]")
+
+
+def connect_url(url: str) -> str:
+    """``url`` as aiohttp opens it: an IPv6 zone ``%25eth0`` becomes ``%eth0``.
+
+    URLs are written as RFC 6874 says (``http://[fe80::1%25eth0]:8000``,
+    :func:`benchgate.serve.base_url`), but aiohttp (3.14, yarl 1.25) hands
+    the host to the socket as written and ``fe80::1%25eth0`` is no address;
+    with the zone unescaped it connects. Every other URL is returned as it is.
+    """
+    match = _URL_ZONE.match(url)
+    if match is None:
+        return url
+    return f"{match.group(1)}%{unquote(match.group(2))}]{url[match.end() :]}"
 
 
 def build_payload(workload: Workload, model: str, prompt: Prompt) -> dict[str, Any]:
@@ -298,7 +319,7 @@ async def _stream_into(
     try:
         # _on_body_sent sets rec.sent_at as the body goes to the socket.
         async with client.post(
-            url, data=body, headers=hdrs, trace_request_ctx={"record": rec}
+            connect_url(url), data=body, headers=hdrs, trace_request_ctx={"record": rec}
         ) as resp:
             got_response = True
             if resp.status != 200:
@@ -424,7 +445,7 @@ async def fetch(
     """GET ``url``: (status, body text).  Raises :class:`FetchError`."""
     try:
         async with client.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            connect_url(url), headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
             body = await resp.read()
             return resp.status, body.decode("utf-8", "replace")

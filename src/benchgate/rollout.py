@@ -23,6 +23,7 @@ through the ``benchgate_lock`` callback.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import getpass
@@ -31,13 +32,14 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import sqlite3
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,9 +89,12 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
     if survivors:
         first = survivors[0]
         more = f" and {len(survivors) - 1} more of its processes" if len(survivors) > 1 else ""
+        pids = " ".join(str(s["pid"]) for s in survivors if isinstance(s.get("pid"), int))
         text = (
             f"pid {first.get('pid', '?')} ({first.get('command', '?')}){more} is still running, "
-            f"started by {text}, which is gone; wait for it to finish, or stop it"
+            f"started by {text}, which is gone; wait for it to finish, or stop it: "
+            f"kill {pids or '<pid>'} (on SIGTERM ansible-playbook stops its workers and ends; "
+            "a host it left mid-upgrade is restored by the next rollout)"
         )
     return text
 
@@ -175,11 +180,14 @@ class RolloutLock:
     someone else. A POSIX lock belongs to the process: a second acquire in the
     same process does not block, and children do not inherit it.
 
-    What the holder starts can outlive it: ``kill -9`` of ``benchgate rollout``
-    leaves its ansible-playbook running (runner starts it in a session of its
-    own). So the record also holds a random ``token``, which the holder puts
-    into the environment of what it starts (:attr:`environment`, a new one per
-    run: :meth:`new_run`), and the ``session`` of its ansible-playbook
+    What the holder starts can outlive it: runner starts ansible-playbook in a
+    session of its own, so a ``kill -9`` of ``benchgate rollout`` does not reach
+    it. :func:`playbook_dies_with_this_process` has the kernel send it SIGTERM
+    then, but it may take a while to stop (or not stop: no ``prctl``, a
+    plain ansible-playbook's modules). So the record also holds a random
+    ``token``, which the holder puts into the environment of what it starts
+    (:attr:`environment`, a new one per run: :meth:`new_run`), and the
+    ``session`` of its ansible-playbook
     (:meth:`record_session`). A free lock whose last record has a live process
     carrying the token (in that session, once it is known) is busy:
     :class:`LockBusy` with those processes as ``survivors``. Processes that
@@ -483,27 +491,43 @@ def load_versions_file(path: str | Path) -> list[Phase]:
     ]
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without the text around it (which may hold a secret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return f"{exc.problem}{where}"
+    return type(exc).__name__
+
+
 def parse_extra_vars(items: Sequence[str]) -> dict[str, Any]:
-    """``-e`` values: ``KEY=VALUE`` (a string), ``@file.yml`` or a JSON/YAML mapping."""
+    """``-e`` values: ``KEY=VALUE`` (a string), ``@file.yml`` or a JSON/YAML mapping.
+
+    Errors name the ``-e`` by its place (or its file), never quote its value:
+    it may hold a secret.
+    """
     out: dict[str, Any] = {}
-    for item in items:
+    for number, item in enumerate(items, start=1):
+        where = f"-e {item}" if item.startswith("@") else f"-e value #{number}"
         if item.startswith("@"):
             try:
                 data = yaml.safe_load(Path(item[1:]).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise RolloutError(f"-e {item}: {exc}") from exc
+            except OSError as exc:
+                raise RolloutError(f"{where}: {exc.strerror or exc}") from None
+            except yaml.YAMLError as exc:
+                raise RolloutError(f"{where}: not valid YAML: {_yaml_problem(exc)}") from None
         elif item.lstrip().startswith("{"):
             try:
                 data = yaml.safe_load(item)
             except yaml.YAMLError as exc:
-                raise RolloutError(f"-e {item!r}: {exc}") from exc
+                raise RolloutError(f"{where}: not valid YAML: {_yaml_problem(exc)}") from None
         else:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
-                raise RolloutError(f"-e {item!r}: expected KEY=VALUE, @FILE or a mapping")
+                raise RolloutError(f"{where}: expected KEY=VALUE, @FILE or a mapping")
             data = {key.strip(): value}
         if not isinstance(data, dict):
-            raise RolloutError(f"-e {item!r}: must give a mapping of variables")
+            raise RolloutError(f"{where}: must give a mapping of variables")
         out.update(data)
     return out
 
@@ -705,6 +729,112 @@ def private_dir(path: Path) -> None:
             folder.mkdir(mode=0o700)
 
 
+#: prctl(2): the signal a process gets when the thread that started it ends.
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Any:
+    """libc's ``prctl`` (looked up before any fork), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent ``signum`` when this process dies
+    (Linux's ``PR_SET_PDEATHSIG``); None where there is no ``prctl``.
+
+    The setting survives the child's ``exec`` (not a set-user-ID one). It fires
+    when the *thread* that forked the child ends: start the child from the
+    thread that waits for it (``ansible_runner.run`` does). A parent that died
+    between the fork and the ``prctl`` is caught by the parent pid check.
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # gone already: the signal will not come
+            os._exit(1)
+
+    return preexec
+
+
+_FORKS_ARMED: list[bool] = []
+
+
+def forks_die_with_their_parent(signum: int = signal.SIGTERM) -> bool:
+    """From now on, every process this one forks (``os.fork``, multiprocessing)
+    gets ``signum`` when the thread that forked it ends; False where that cannot
+    be arranged. Idempotent.
+
+    For ansible-playbook started by ``benchgate rollout`` (the ``benchgate_lock``
+    callback calls it): on SIGTERM ansible-playbook signals the workers it
+    knows, then ends, but a worker forked in that very moment is not known yet
+    (its pid is set after the fork) and would finish its task, orphaned. With
+    this, it gets SIGTERM when ansible-playbook ends, and stops what it runs.
+    """
+    if _FORKS_ARMED:
+        return True
+    prctl = _prctl()
+    if prctl is None or not hasattr(os, "register_at_fork"):
+        return False
+    forking = [0]
+
+    def before() -> None:
+        forking[0] = os.getpid()
+
+    def after_in_child() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0 and os.getppid() != forking[0]:
+            os._exit(1)  # the parent is gone already: the signal will not come
+
+    os.register_at_fork(before=before, after_in_child=after_in_child)
+    _FORKS_ARMED.append(True)
+    return True
+
+
+class _PexpectWithPreexec:
+    """ansible-runner's ``pexpect`` module, whose ``spawn`` runs ``preexec`` in the
+    child before ``exec`` (pexpect takes a ``preexec_fn``; runner passes none)."""
+
+    def __init__(self, real: Any, preexec: Callable[[], None]) -> None:
+        self._real = real
+        self._preexec = preexec
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def spawn(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("preexec_fn", self._preexec)
+        return self._real.spawn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def playbook_dies_with_this_process() -> Iterator[bool]:
+    """While runner starts ansible-playbook: its child gets SIGTERM when this
+    process dies, however it dies (``kill -9`` included), and ansible-playbook
+    stops its workers on SIGTERM. Yields whether that could be arranged (Linux,
+    runner's pexpect mode)."""
+    import ansible_runner.runner as runner_module
+
+    preexec = die_with_parent()
+    real = getattr(runner_module, "pexpect", None)
+    if preexec is None or real is None or not hasattr(real, "spawn"):
+        yield False
+        return
+    runner_module.pexpect = _PexpectWithPreexec(real, preexec)
+    try:
+        yield True
+    finally:
+        runner_module.pexpect = real
+
+
 def _run_runner(
     settings: Settings,
     run_id: str,
@@ -719,25 +849,27 @@ def _run_runner(
     cmdline = None
     if events.extra_file is not None:
         cmdline = shlex.join(["-e", f"@{events.extra_file}"])
-    return ansible_runner.run(
-        private_data_dir=str(settings.private_data_dir),
-        project_dir=str(settings.project_dir),
-        playbook=settings.playbook,
-        inventory=settings.inventory or None,
-        limit=limit,
-        # The user's -e values come first (a file), benchgate's own after them.
-        cmdline=cmdline,
-        extravars=extravars,
-        envvars=envvars,
-        ident=run_id,
-        quiet=not settings.show_ansible_output,
-        event_handler=events,
-        cancel_callback=cancelled,
-        rotate_artifacts=settings.rotate_artifacts,
-        # Keep -e and the environment in memory: written into env/, a later
-        # run would read them back (runner only writes those files once).
-        suppress_env_files=True,
-    )
+    # A kill -9 of benchgate must not leave a playbook changing hosts unseen.
+    with playbook_dies_with_this_process():
+        return ansible_runner.run(
+            private_data_dir=str(settings.private_data_dir),
+            project_dir=str(settings.project_dir),
+            playbook=settings.playbook,
+            inventory=settings.inventory or None,
+            limit=limit,
+            # The user's -e values come first (a file), benchgate's own after them.
+            cmdline=cmdline,
+            extravars=extravars,
+            envvars=envvars,
+            ident=run_id,
+            quiet=not settings.show_ansible_output,
+            event_handler=events,
+            cancel_callback=cancelled,
+            rotate_artifacts=settings.rotate_artifacts,
+            # Keep -e and the environment in memory: written into env/, a later
+            # run would read them back (runner only writes those files once).
+            suppress_env_files=True,
+        )
 
 
 def run_phase(

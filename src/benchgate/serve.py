@@ -40,9 +40,11 @@ Which generation a host has is detected from its ``vllm serve --help=all``
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Union
 
@@ -50,7 +52,9 @@ __all__ = [
     "CLI_GENERATIONS",
     "DRAFT_MODEL_METHODS",
     "SPECULATIVE_METHODS",
+    "api_key_elsewhere",
     "base_url",
+    "bind_address",
     "build_serve_argv",
     "control_character_settings",
     "detect_cli_generation",
@@ -550,7 +554,7 @@ def build_serve_argv(
         max_model_len = None  # 0 = the model's own context length: vLLM's default
     for option, value in (
         ("--served-model-name", served_model_name),
-        ("--host", host),
+        ("--host", None if host is None else bind_address(host)),
         ("--port", port),
         ("--tensor-parallel-size", tensor_parallel_size),
         ("--max-model-len", max_model_len),
@@ -843,27 +847,123 @@ def read_env_file_value(line_value: str) -> str:
     return text
 
 
+def bind_address(host: Any) -> str:
+    """The address as vLLM's ``--host`` takes it: an IPv6 literal without brackets.
+
+    ``"[::1]"`` gives ``"::1"`` and ``"[fe80::1%eth0]"`` gives ``"fe80::1%eth0"``
+    (uvicorn binds what it is given, brackets and all, and fails); IPv4
+    addresses, host names and ``""`` (every address) are kept as they are. A
+    host with a port (``10.0.0.5:8000``) or a URL is refused: the port is a
+    setting of its own.
+
+    >>> bind_address("[::1]"), bind_address("fe80::1%eth0"), bind_address("10.0.0.5")
+    ('::1', 'fe80::1%eth0', '10.0.0.5')
+    """
+    text = "" if host is None else str(host).strip()
+    if _CONTROL.search(text) or any(ch in text for ch in " /?#@"):
+        raise ValueError(f"host must be an address or a host name, got {host!r}")
+    if text.startswith("[") or text.endswith("]"):
+        if not (text.startswith("[") and text.endswith("]")) or ":" not in text:
+            raise ValueError(f"brackets go around an IPv6 address only, got {host!r}")
+        text = text[1:-1]
+    if ":" in text:
+        address, sep, zone = text.partition("%")
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            raise ValueError(
+                f"host must be an address or a host name without a port (the port is a "
+                f"setting of its own), got {host!r}"
+            ) from None
+        if sep and (not zone or "%" in zone or "]" in zone or "[" in zone):
+            raise ValueError(f"the zone of {host!r} must be an interface name, e.g. %eth0")
+    elif "[" in text or "]" in text or "%" in text:
+        raise ValueError(f"host must be an address or a host name, got {host!r}")
+    return text
+
+
+def _unspecified(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        return False
+
+
 def base_url(host: Any, port: Any) -> str:
     """The URL a client on the host itself uses to reach a server bound to ``host:port``.
 
     A wildcard bind (``0.0.0.0``, ``::`` or empty) is reached on loopback;
-    any other address as it is, IPv6 literals in brackets.
+    any other address as it is, IPv6 literals in brackets (given with or
+    without them), an IPv6 zone written ``%25`` as RFC 6874 wants it in a URL.
+    :func:`benchgate.client.connect_url` turns that back for the client.
 
-    >>> base_url("0.0.0.0", 8000), base_url("10.88.0.5", "8001"), base_url("fd00::5", 80)
+    >>> base_url("0.0.0.0", 8000), base_url("10.88.0.5", "8001"), base_url("[fd00::5]", 80)
     ('http://127.0.0.1:8000', 'http://10.88.0.5:8001', 'http://[fd00::5]:80')
+    >>> base_url("fe80::1%eth0", 8000)
+    'http://[fe80::1%25eth0]:8000'
     """
-    text = "" if host is None else str(host).strip()
+    text = bind_address(host)
     if isinstance(port, bool) or not str(port).strip().isdigit():
         raise ValueError(f"port must be a number 1-65535, got {port!r}")
     number = int(str(port).strip())
     if not 1 <= number <= 65535:
         raise ValueError(f"port must be a number 1-65535, got {port!r}")
-    if text in ("", "0.0.0.0"):
-        text = "127.0.0.1"
-    elif text in ("::", "[::]"):
-        text = "::1"
-    if _CONTROL.search(text) or any(ch in text for ch in " /?#@"):
-        raise ValueError(f"host must be an address or a host name, got {host!r}")
-    if ":" in text and not text.startswith("["):
-        text = f"[{text}]"
-    return f"http://{text}:{number}"
+    if text == "" or (_unspecified(text) and ":" not in text):
+        return f"http://127.0.0.1:{number}"
+    if ":" not in text:
+        return f"http://{text}:{number}"
+    address, sep, zone = text.partition("%")
+    if _unspecified(address):
+        return f"http://[::1]:{number}"
+    zone_part = "%25" + urllib.parse.quote(zone, safe="") if sep else ""
+    return f"http://[{address}{zone_part}]:{number}"
+
+
+_API_KEY_OPTION = "api-key"
+# The shortest prefix of --api-key that argparse (vLLM's parser allows
+# abbreviations) takes for it: --api- alone could be --api-server-count.
+_API_KEY_SHORTEST = len("api-k")
+
+
+def _is_api_key_option(word: str) -> bool:
+    """``--api-key``, ``--api_key=...`` (vLLM reads ``_`` as ``-``) or ``--api-k``."""
+    if not word.startswith("--"):
+        return False
+    name = word[2:].split("=", 1)[0].replace("_", "-")
+    return len(name) >= _API_KEY_SHORTEST and _API_KEY_OPTION.startswith(name)
+
+
+def api_key_elsewhere(
+    extra_args: Any,
+    environments: Mapping[str, Any] | None = None,
+    extra_args_name: str = "vllm_service_extra_args",
+) -> list[str]:
+    """Where the server's API key is set other than in ``vllm_service_api_key``.
+
+    vLLM takes its key from ``--api-key`` or the ``VLLM_API_KEY`` variable;
+    benchgate's benchmark and readiness check send ``vllm_service_api_key``
+    only, so a key given anywhere else makes the server refuse them (401).
+    ``extra_args`` is a list of argv words or a mapping (as
+    :func:`build_serve_argv` takes it); ``environments`` maps setting names
+    to environment mappings. Returns the places, never the values:
+    ``["vllm_service_extra_args (--api-key)",
+    "vllm_service_secret_environment.VLLM_API_KEY"]``.
+    """
+    found: list[str] = []
+    if isinstance(extra_args, Mapping):
+        words = [
+            str(key) if str(key).startswith("-") else "--" + str(key)
+            for key, value in extra_args.items()
+            if value is not None and value is not False
+        ]
+    elif isinstance(extra_args, (list, tuple)):
+        words = [word for word in extra_args if isinstance(word, str)]
+    else:
+        words = []
+    options = sorted({word.split("=", 1)[0] for word in words if _is_api_key_option(word)})
+    if options:
+        found.append(f"{extra_args_name} ({', '.join(options)})")
+    for name, env in (environments or {}).items():
+        if isinstance(env, Mapping) and "VLLM_API_KEY" in env:
+            found.append(f"{name}.VLLM_API_KEY")
+    return found

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from .client import connect_url
 from .workload import SYNTHETIC_WORDS, Prompt
 
 TOKENIZE_TIMEOUT_S = 30.0
@@ -72,7 +73,7 @@ async def count_tokens(
     url = f"{root_url}/tokenize"
     try:
         async with client.post(
-            url,
+            connect_url(url),
             json={"model": model, "prompt": text},
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT_S),
