@@ -147,3 +147,19 @@ def test_a_host_lost_during_the_run_is_listed_lost_with_the_task_it_was_lost_in(
     assert recorded["b"]["reasons"] == ["ok"]  # the input is not changed
     lines = summary.format_summary(merged)
     assert any(line.startswith("a ") and line.rstrip().endswith("LOST") for line in lines), lines
+
+
+def test_a_host_that_failed_with_no_verdict_is_listed_failed_with_its_task() -> None:
+    """A preflight failure, or a host lost mid-task that the connection reports as a
+    failure (podman: "container state improper"), has no verdict: it is named."""
+    recorded = {"b": {"from": "0.31.0", "to": "0.32.0", "verdict": "FAIL", "reasons": ["slower"]}}
+    failed = {
+        "a": ("Find the release that serves now", "Failed to set permissions\non remote files"),
+        "b": ("Stop the rollout", "BLOCKED on b"),
+    }
+    merged = summary.add_lost(recorded, {}, failed)
+    assert merged["a"]["verdict"] == "FAILED"
+    assert merged["a"]["reasons"] == [
+        'failed in "Find the release that serves now": Failed to set permissions on remote files'
+    ]
+    assert merged["b"] == recorded["b"]  # a verdict is kept as it is

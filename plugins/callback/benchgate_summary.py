@@ -21,7 +21,9 @@ description:
     A/B table (every arm's tokens/s, TTFT, acceptance and per-position acceptance, and the
     arm chosen).
   - A host that became unreachable during the run is listed with the verdict C(LOST) and
-    the task it was lost in, whether or not the play recorded it.
+    the task it was lost in, whether or not the play recorded it; a host that failed with
+    no verdict recorded (in preflight, or lost mid-task) is listed C(FAILED) with the task
+    and its message.
   - When the environment variable C(BENCHGATE_SUMMARY_FILE) names a file, the summary is
     also written there as JSON.
 requirements:
@@ -117,15 +119,27 @@ def format_summary(summary: dict) -> list[str]:
     return lines
 
 
-def add_lost(summary: dict, lost: dict) -> dict:
+def add_lost(summary: dict, lost: dict, failed: dict | None = None) -> dict:
     """The summary with every host lost during the run (host -> the task it was
-    lost in): LOST when the play left no verdict for it, the task named either way."""
+    lost in: LOST) and every host that failed with no verdict recorded (host ->
+    (task, message): FAILED); a host with a verdict keeps it, the task is named
+    either way."""
     out = {host: dict(item) for host, item in summary.items()}
     for host, task in lost.items():
         item = out.setdefault(host, {"from": "?", "to": "?", "verdict": "LOST", "reasons": []})
         if item.get("verdict") not in ("PASS", "FAIL", "INCONCLUSIVE"):
             item["verdict"] = "LOST"
         item["reasons"] = [*(item.get("reasons") or []), f'unreachable during "{task}"']
+    for host, (task, message) in (failed or {}).items():
+        if host in out:
+            continue
+        why = " ".join(str(message).split())[:300]
+        out[host] = {
+            "from": "?",
+            "to": "?",
+            "verdict": "FAILED",
+            "reasons": [f'failed in "{task}"' + (f": {why}" if why else "")],
+        }
     return out
 
 
@@ -138,13 +152,21 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lost: dict[str, str] = {}
+        self._failed: dict[str, tuple[str, str]] = {}
 
     def v2_runner_on_unreachable(self, result):  # noqa: D102 - Ansible's hook
         self._lost.setdefault(result._host.get_name(), result._task.get_name())
 
+    def v2_runner_on_failed(self, result, ignore_errors=False):  # noqa: D102 - Ansible's hook
+        if not ignore_errors:
+            message = result._result.get("msg", "") if isinstance(result._result, dict) else ""
+            self._failed[result._host.get_name()] = (result._task.get_name(), message)
+
     def v2_playbook_on_stats(self, stats):  # noqa: D102 - Ansible's hook
         summary = add_lost(
-            (stats.custom.get("_run") or {}).get("benchgate_summary") or {}, self._lost
+            (stats.custom.get("_run") or {}).get("benchgate_summary") or {},
+            self._lost,
+            self._failed,
         )
         if not summary:
             return
