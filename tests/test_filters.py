@@ -41,8 +41,6 @@ def test_filter_names():
         "vllm_speculative_arms",
         "vllm_base_url",
         "systemd_env_line",
-        "control_character_settings",
-        "token_errors",
         "api_key_elsewhere",
     }
 

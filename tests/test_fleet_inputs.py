@@ -403,13 +403,6 @@ def test_wait_ready_stops_at_once_when_the_server_exited_cleanly(tmp_path: Path)
     assert took < 10, f"waited {took:.0f} s for a server that is gone"
 
 
-def test_control_character_settings_names_each_offender() -> None:
-    found = serve.control_character_settings(
-        {"a": "ok", "b": "x\ny", "c": ["ok", "t\tab"], "d": {"K": "v\r"}, "e": {"K\n": "v"}}
-    )
-    assert found == ["b", "c[1]", "d.K", "e (key 'K\\n')"]
-
-
 # --------------------------------------------------------------------------
 # the example inventories: preflight and units
 # --------------------------------------------------------------------------

@@ -218,13 +218,6 @@ def systemd_env_line(name: Any, value: Any) -> str:
         raise AnsibleFilterError(f"systemd_env_line: {exc}") from exc
 
 
-def control_character_settings(settings: Any) -> list[str]:
-    """Mapping of settings -> names whose strings hold control characters."""
-    if not isinstance(settings, Mapping):
-        raise AnsibleFilterError("control_character_settings expects a mapping of settings")
-    return list(_serve().control_character_settings(settings))
-
-
 def api_key_elsewhere(
     extra_args: Any, environments: Any = None, extra_args_name: str = "vllm_service_extra_args"
 ) -> list[str]:
@@ -235,11 +228,6 @@ def api_key_elsewhere(
             f"got {type(environments).__name__}"
         )
     return list(_serve().api_key_elsewhere(extra_args, environments, str(extra_args_name)))
-
-
-def token_errors(value: Any, name: str = "the token") -> list[str]:
-    """An API key or hub token -> problems; [] when unset or usable."""
-    return list(_serve().token_errors(name, value))
 
 
 def side_by_side_unit(unit: Any, executable: Any, port: Any, host: Any = "127.0.0.1") -> str:
@@ -263,8 +251,6 @@ class FilterModule:
             "vllm_speculative_arms": vllm_speculative_arms,
             "vllm_base_url": vllm_base_url,
             "systemd_env_line": systemd_env_line,
-            "control_character_settings": control_character_settings,
-            "token_errors": token_errors,
             "api_key_elsewhere": api_key_elsewhere,
             "side_by_side_unit": side_by_side_unit,
         }

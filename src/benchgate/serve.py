@@ -56,7 +56,6 @@ __all__ = [
     "base_url",
     "bind_address",
     "build_serve_argv",
-    "control_character_settings",
     "detect_cli_generation",
     "env_file_line",
     "normalize_speculative",
@@ -741,35 +740,6 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")
 # (systemd's env-file parser, like sh: \" \\ \` \$); any other backslash stays.
 _ENV_ESCAPED = '"\\`$'
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def control_character_settings(settings: Mapping[str, Any]) -> list[str]:
-    """The names of the settings whose strings hold a control character.
-
-    A newline in a value that lands on a unit line (``Description=``,
-    ``User=``, ``Environment=``) starts a new line in the unit file: a new
-    section or an ``ExecStartPre=+...`` that runs as root. Nested lists and
-    mappings are searched too (their keys included); the names come back as
-    ``name``, ``name[2]`` or ``name.key``.
-    """
-    found: list[str] = []
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, str):
-            if _CONTROL.search(value):
-                found.append(path)
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                if isinstance(key, str) and _CONTROL.search(key):
-                    found.append(f"{path} (key {key!r})")
-                walk(item, f"{path}.{key}")
-        elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-            for index, item in enumerate(value):
-                walk(item, f"{path}[{index}]")
-
-    for name, value in settings.items():
-        walk(value, str(name))
-    return found
 
 
 def token_errors(name: str, value: Any) -> list[str]:
