@@ -331,3 +331,25 @@ def test_a_version_2_ledger_gains_the_stage_columns(tmp_path: Path) -> None:
     [old] = ledger.runs(db)
     assert ledger.check(db) == ledger.SCHEMA_VERSION == 4
     assert old.stages is None and old.trials == [{"index": 0, "valid": True, "metrics": {}}]
+
+
+def test_a_lost_host_is_kept_and_shown_by_history(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "ledger.sqlite"
+    ledger.record_verdict(db, {"verdict": "PASS", "reasons": ["ok"]}, host="b", release="0.32.0")
+    ledger.record_host_event(
+        db,
+        host="a",
+        event="lost",
+        reason="lost: it stopped answering",
+        run_name="r1",
+        release="0.32.0",
+    )
+    with pytest.raises(ValueError, match="event must be one of lost"):
+        ledger.record_host_event(db, host="a", event="gone", reason="?")
+    [event] = ledger.host_events(db, "a")
+    assert (event["host"], event["event"], event["run_name"]) == ("a", "lost", "r1")
+    assert ledger.host_events(db, "b") == []
+    assert cli_gate.main(["history", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "hosts lost during a rollout" in out
+    assert "a  lost  run r1: lost: it stopped answering" in out

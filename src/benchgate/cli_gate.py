@@ -191,6 +191,17 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in records], indent=2))
     else:
         print(_history_table(records))
+        events = [
+            e
+            for e in ledger.host_events(args.db, args.host)
+            if not args.since or e["recorded_at"] >= args.since
+        ][: args.limit]
+        if events:
+            print("\nhosts lost during a rollout (host_events):")
+            for e in events:
+                when = e["recorded_at"][:19].replace("T", " ")
+                run = e["run_name"] or "-"
+                print(f"  {when}  {e['host']}  {e['event']}  run {run}: {e['reason']}")
     return 0
 
 
