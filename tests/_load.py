@@ -26,3 +26,18 @@ def load_file(path: Path, name: str | None = None, *, register: bool = False) ->
         sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a real ansible-playbook run in a test: this repository's
+    ansible.cfg, plain output, and a lock file of the test's own."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(root / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+        BENCHGATE_LOCK_FILE=str(tmp_path / "rollout.lock"),
+    )

@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from _load import ansible_env
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = shutil.which(
     "ansible-playbook", path=str(Path(sys.executable).parent)
@@ -94,13 +96,7 @@ def _install(tmp_path: Path, root: str, **settings: Any) -> subprocess.Completed
     }
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"web1": hostvars}}}))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
-        BENCHGATE_LOCK_FILE=str(tmp_path / "rollout.lock"),
-    )
+    env = ansible_env(tmp_path)
     return subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook)],
         capture_output=True,

@@ -11,7 +11,6 @@ reads a setting, directly or through the role's own variables, without one.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 import yaml
 from jinja2 import Environment, nodes
 
+from _load import ansible_env
 from benchgate.allowlist import KINDS, setting_errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,13 +334,7 @@ def _run(tmp_path: Path, play: dict[str, Any], hostvars: dict[str, Any], *extra:
         **hostvars,
     }
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"h1": hostvars}}}))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
-        BENCHGATE_LOCK_FILE=str(tmp_path / "rollout.lock"),
-    )
+    env = ansible_env(tmp_path)
     done = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), *extra],
         capture_output=True,

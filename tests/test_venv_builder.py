@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from _load import load_file
+from _load import ansible_env, load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = shutil.which(
@@ -86,13 +86,7 @@ def _build(
     ]
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
-    environ = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
-        BENCHGATE_LOCK_FILE=str(tmp_path / "rollout.lock"),
-    )
+    environ = ansible_env(tmp_path)
     return subprocess.run(
         [
             ANSIBLE_PLAYBOOK,
