@@ -18,7 +18,7 @@ run() {
 }
 
 printf '\n=== Lint\n'
-run ruff ruff check src plugins tests benchmarks scripts
+run ruff ruff check src plugins tests lab scripts
 run mypy mypy
 run yamllint yamllint --strict .
 run ansible-lint ansible-lint --profile production

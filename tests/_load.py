@@ -1,6 +1,6 @@
 """Import a Python file by its path: the tests' one copy of the importlib recipe.
 
-The Ansible modules and plugins, the benchmarks/ scripts and the role files
+The Ansible modules and plugins, the lab/experiments/ scripts and the role files
 are not importable packages; the tests load them with load_file.
 """
 

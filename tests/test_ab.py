@@ -454,7 +454,7 @@ CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "calibration" / "h2
 
 
 def test_real_h200_records_one_stream_and_64_streams() -> None:
-    """vLLM 0.26 on an H200 (docs/calibration): plain decoding against a 0.6B
+    """vLLM 0.26 on an H200 (lab/calibration): plain decoding against a 0.6B
     draft with k=3, at concurrency 1 and 64, joined into two stages."""
     import json
 

@@ -195,7 +195,7 @@ def test_monotone_fit_keeps_rising_data_and_pools_dips():
 
 
 # H200, vLLM 0.26.0, Qwen3-14B-shaped target, Qwen3-4B-shaped draft, concurrency 1
-# (docs/calibration/h200-vllm.md): plain 116.9 tok/s; per-position acceptance measured.
+# (lab/calibration/h200-vllm.md): plain 116.9 tok/s; per-position acceptance measured.
 H200_K3_RATES = [0.792, 0.628, 0.531]
 
 

@@ -1,4 +1,4 @@
-"""The calibration probe on the CPU with the tiny shape (the GPU run is in docs/calibration)."""
+"""The calibration probe on the CPU with the tiny shape (the GPU run is in lab/calibration)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ async def test_itl_tpot_medians_within_1ms_of_injected():
     assert abs(itl - 10.0) <= 1.0, itl
     tpot = trial.metrics.tpot_ms.median
     assert abs(tpot - 10.0) <= 1.0, tpot
-    # Sanity bound only (the +-1 ms figures come from benchmarks/timing_accuracy.py):
+    # Sanity bound only (the +-1 ms figures come from lab/experiments/timing_accuracy.py):
     # the injected 50 ms plus what the request and the first chunk take on loopback.
     assert 50.0 <= trial.metrics.ttft_ms.median <= 60.0, trial.metrics.ttft_ms.median
     # Token counts come from the usage chunk; the server's counter agrees.

@@ -106,7 +106,7 @@ def test_parse_real_single_gpu_topology_with_ansi_header():
 
 
 def test_gathered_h200_facts_match_the_committed_json():
-    """docs/calibration/h200-facts.json came from gather() on the H200; the fixtures agree."""
+    """lab/calibration/h200-facts.json came from gather() on the H200; the fixtures agree."""
     saved = json.loads((REPO / "docs" / "calibration" / "h200-facts.json").read_text())
     facts = hwfacts.gather(
         nvidia_smi="/bin/true",  # any executable; the runner answers

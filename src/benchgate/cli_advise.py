@@ -9,7 +9,7 @@ The draft cost c can come from the serving stack instead of a guess: one
 measured A/B arm implies it (``--fit-arm K:SPEEDUP``, or ``--fit-results
 PLAIN.json ARM.json``, two ``benchgate bench`` results of the same release and
 load, which also give the per-position acceptance). The other k are then
-predicted from that c (docs/calibration/h200-vllm.md).
+predicted from that c (lab/calibration/h200-vllm.md).
 """
 
 from __future__ import annotations

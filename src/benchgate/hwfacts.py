@@ -590,7 +590,7 @@ def hardware_advice(
                 "info",
                 "interconnect",
                 "TP 1: no all-reduce; verification is close to one decode step (flat up to "
-                "16 tokens on an H200, docs/calibration)",
+                "16 tokens on an H200, lab/calibration)",
             )
         )
 

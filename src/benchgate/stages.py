@@ -37,7 +37,7 @@ false blocks" there). The price is wider intervals: more INCONCLUSIVE at the
 same trials, and a floor on the trials per stage (at ``alpha/k = 0.025``,
 4 + 4 trials are the fewest whose bound exists; 3 + 3 can never decide).
 ``correction="none"`` judges every stage at ``alpha`` (for comparisons in
-``benchmarks/``; its A/A false-FAIL rate grows with the number of stages).
+``lab/experiments/``; its A/A false-FAIL rate grows with the number of stages).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ needs the lower bound of its regression above the limit, an event of
 probability below ``alpha`` per look and metric (in practice far below: the
 bound must exceed the limit, not 0), so false FAILs stay rare over several
 looks and metrics. With the point-estimate rule each look and each metric adds
-up to about ``alpha`` (``benchmarks/gate_decision_quality.py``: about 6% of
+up to about ``alpha`` (``lab/experiments/gate_decision_quality.py``: about 6% of
 identical releases failed on 8+8 trials with one re-run, most of them on TTFT
 or TPOT; 0-0.2% under the bound rule). A real regression well beyond the limit
 is blocked either way: while its bound does not clear the limit it is
@@ -90,7 +90,7 @@ candidate-only re-run cannot shrink the baseline's share of the noise.
 Bursts
 ------
 Noise on a shared machine only ever slows a trial down, and it comes in
-bursts that span several trials (docs/benchmarks.md, "Noise on a 2-core
+bursts that span several trials (lab/notes/benchmarks.md, "Noise on a 2-core
 machine"). The rank statistics above already resist a short burst: 4 slow
 trials of 16 barely move the bound. ``set_aside_slowest`` (default 0, off)
 sets the same share of each measurement run's slowest trials aside before
@@ -111,11 +111,11 @@ baseline; the candidate; A-B-A's second baseline; the candidate's extra
 trials). On a shared host the level of the whole machine moves over minutes:
 on the 2-core demo host the same release measured 4-6% apart (standard
 deviation) from one run to the next, restarted or not, while the trials of
-one run agreed to 2-5% (docs/benchmarks.md, "Noise on a 2-core machine").
+one run agreed to 2-5% (lab/notes/benchmarks.md, "Noise on a 2-core machine").
 The rank interval above is built from trials and knows nothing of that, so
 it is far too narrow when each side is one run. ``run_spread_pct`` (default
 0: on a GPU host runs agree to 0.1-0.3%) is that standard deviation of a
-run's level in percent, as measured on the host (``benchmarks/noise_floor.py``,
+run's level in percent, as measured on the host (``lab/experiments/noise_floor.py``,
 the A/A mode of ``playbooks/upgrade.yml``). When set, each one-sided bound
 moves away from the estimate to ``sqrt(d**2 + (z * s * sqrt(1/k_b + 1/k_c))**2)``
 on the log scale, where ``d`` is the rank bound's distance, ``z`` the normal

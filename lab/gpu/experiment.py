@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Issue 18's experiment on the H200 device machine: CUDA vLLM, two releases,
+speculative decoding on and off, measured with `benchgate bench`.
+
+    python3 lab/gpu/experiment.py plan                 # the servers and their argv
+    python3 lab/gpu/experiment.py launch BATCH         # start a batch's servers, return
+    python3 lab/gpu/experiment.py measure BATCH [--stop] [--then-launch NEXT]
+
+Every `vllm serve` command line comes from benchgate's own argv builder
+(benchgate.serve.build_serve_argv, the one the systemd unit's ExecStart= uses
+through the vllm_serve_argv filter). The servers of one batch start together
+on the one GPU (own sessions, so they outlive the call that started them
+while the machine stays warm), each with a fixed KV cache
+(--kv-cache-memory-bytes: no memory profiling that other servers could
+disturb); they are measured one after another, never at the same time.
+
+State under $BG (default /tmp/bg): releases in vllm-<v>/ (bin/vllm wrapper),
+dependencies in deps/, models in models/, logs/, results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+from benchgate import serve  # noqa: E402
+
+BG = Path(os.environ.get("BG", "/tmp/bg"))
+GIB = 2**30
+# The field report's per-position acceptance (Qwen3-14B target, Qwen3-4B draft).
+REPORT_RATES = [0.793, 0.651, 0.550, 0.453, 0.386]
+NEW, OLD = "0.26.0", "0.24.0"
+WORKLOADS = {
+    "c1": REPO / "lab/gpu/workloads/h200-c1.yml",
+    "c64": REPO / "lab/gpu/workloads/h200-c64.yml",
+}
+
+
+def _server(release: str, draft: str | None, k: int, port: int, repeats: int = 1) -> dict:
+    spec = None
+    if draft:
+        spec = {
+            "method": "draft_model",
+            "model": str(BG / "models" / draft),
+            "num_speculative_tokens": k,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": REPORT_RATES[:k],
+        }
+    return {
+        "release": release,
+        "draft": draft,
+        "k": k if draft else 0,
+        "port": port,
+        "speculative": spec,
+        "repeats": repeats,
+    }
+
+
+SERVERS = {
+    "v26-off": _server(NEW, None, 0, 8001, repeats=2),
+    "v26-d4b-k1": _server(NEW, "qwen3-4b", 1, 8002),
+    "v26-d4b-k3": _server(NEW, "qwen3-4b", 3, 8003),
+    "v26-d4b-k5": _server(NEW, "qwen3-4b", 5, 8004),
+    "v26-d06b-k3": _server(NEW, "qwen3-0.6b", 3, 8005),
+    "v24-off": _server(OLD, None, 0, 8011, repeats=2),
+    "v24-d4b-k3": _server(OLD, "qwen3-4b", 3, 8013),
+    "v24-d4b-k1": _server(OLD, "qwen3-4b", 1, 8012),
+    "v26-off-restart": _server(NEW, None, 0, 8021),
+    "v26-d4b-k2": _server(NEW, "qwen3-4b", 2, 8006),
+    "v26-d4b-k4": _server(NEW, "qwen3-4b", 4, 8007),
+    "v26-d06b-k5": _server(NEW, "qwen3-0.6b", 5, 8008),
+    "v26-d06b-k1": _server(NEW, "qwen3-0.6b", 1, 8009),
+    "v24-d06b-k3": _server(OLD, "qwen3-0.6b", 3, 8014),
+    # 2026-12-05, third session: the 0.24.0 arms still missing, and a second
+    # run on one server of the two 0.26.0 arms that beat plain at c1 there
+    "v24-d4b-k2": _server(OLD, "qwen3-4b", 2, 8015),
+    "v24-d4b-k4": _server(OLD, "qwen3-4b", 4, 8016),
+    "v24-d4b-k5": _server(OLD, "qwen3-4b", 5, 8017),
+    "v24-d06b-k1": _server(OLD, "qwen3-0.6b", 1, 8018),
+    "v24-d06b-k5": _server(OLD, "qwen3-0.6b", 5, 8019),
+    "v26-d06b-k1-x2": _server(NEW, "qwen3-0.6b", 1, 8022, repeats=2),
+    "v26-d4b-k2-x2": _server(NEW, "qwen3-4b", 2, 8023, repeats=2),
+}
+# At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
+# Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
+# missing, each release's plain server measured again in the same session
+# (the A/B and the upgrade gate compare within one machine); batch 4 holds
+# 0.26.0 alone because 0.24.0 is installed while it starts. Batches 7-9: the
+# third session (2026-12-05 afternoon), batch 7 again 0.26.0 alone.
+BATCHES = {
+    "1": ["v26-off", "v26-d4b-k1", "v26-d4b-k3"],
+    "2": ["v26-d4b-k5", "v26-d06b-k3", "v24-off"],
+    "3": ["v24-d4b-k3", "v26-off-restart", "v24-d4b-k1"],
+    "4": ["v26-off", "v26-d4b-k2", "v26-d4b-k4"],
+    "5": ["v24-off", "v24-d4b-k1", "v26-d06b-k5"],
+    "6": ["v26-d06b-k1", "v26-d06b-k3", "v24-d06b-k3"],
+    "7": ["v26-off", "v26-d06b-k1-x2", "v26-d4b-k2-x2"],
+    "8": ["v24-off", "v24-d4b-k2", "v24-d4b-k4"],
+    "9": ["v24-d4b-k5", "v24-d06b-k1", "v24-d06b-k5"],
+    # what fits the third session's device time after the machine refused to
+    # start six times: the 4B draft's missing k on 0.24.0 (plain from 12-05)
+    "10": ["v24-d4b-k2", "v24-d4b-k4", "v24-d4b-k5"],
+    # an H100 (80 GB) came instead of the H200: one 14B server at a time
+    "11": ["v24-off"],
+    "12": ["v24-d4b-k2"],
+    "13": ["v24-d4b-k4"],
+    "14": ["v24-d4b-k5"],
+    # one H100 (2026-12-05 evening), one server per batch: both plain servers
+    # (the upgrade verdict on one GPU), then 0.24.0's 0.6B draft at k=1 and 5
+    "15": ["v26-off"],
+    "16": ["v24-off"],
+    "17": ["v24-d06b-k1"],
+    "18": ["v24-d06b-k5"],
+    # the same evening's spare device time: 0.26.0's 0.6B draft at k=1 beside
+    # 0.24.0's (batch 17) on an H100
+    "19": ["v26-d06b-k1"],
+    # one H100 (2026-12-05 night), one server per batch: 0.26.0's plain server
+    # (the A/B's `off` in the same lease), then the 0.26.0 arms that 0.24.0 has
+    # on the H100 (4B draft k=2/4/5, 0.6B draft k=5; 0.6B k=1 is batch 19)
+    "20": ["v26-off"],
+    "21": ["v26-d4b-k2"],
+    "22": ["v26-d4b-k4"],
+    "23": ["v26-d4b-k5"],
+    "24": ["v26-d06b-k5"],
+    # one H100 (2026-12-06), one server per batch: the arms neither release
+    # has on the H100 (4B draft k=1 and k=3, then 0.6B k=3), each release's
+    # plain server in the same lease; 0.26.0 first (0.24.0 arrives meanwhile)
+    "25": ["v26-off"],
+    "26": ["v26-d4b-k1"],
+    "27": ["v26-d4b-k3"],
+    "28": ["v24-off"],
+    "29": ["v24-d4b-k1"],
+    "30": ["v24-d4b-k3"],
+    "31": ["v26-d06b-k3"],
+    "32": ["v24-d06b-k3"],
+    # prepared for the next H100 lease: the 0.6B draft's arms of one release in
+    # one lease (k=1/3/5 ran in three leases, so no A/B compared them), then
+    # 0.24.0's 0.6B k=3 (batch 32) with its plain server
+    "33": ["v26-off"],
+    "34": ["v26-d06b-k1"],
+    "35": ["v26-d06b-k3"],
+    "36": ["v26-d06b-k5"],
+    "37": ["v24-off"],
+    "38": ["v24-d06b-k3"],
+}
+
+
+def argv_of(name: str) -> list[str]:
+    s = SERVERS[name]
+    kv = 6 * GIB if s["speculative"] else 4 * GIB
+    return serve.build_serve_argv(
+        str(BG / f"vllm-{s['release']}" / "bin" / "vllm"),
+        str(BG / "models" / "qwen3-14b"),
+        served_model_name="qwen3-14b",
+        host="127.0.0.1",
+        port=s["port"],
+        max_model_len=1024,
+        dtype="bfloat16",
+        speculative=s["speculative"],
+        extra_args=[
+            "--load-format",
+            "dummy",
+            "--gpu-memory-utilization",
+            "0.2",
+            "--kv-cache-memory-bytes",
+            str(kv),
+            "--max-num-seqs",
+            "64",
+            "--seed",
+            "0",
+        ],
+    )
+
+
+def env_of(name: str) -> dict[str, str]:
+    s = SERVERS[name]
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=f"{BG}/vllm-{s['release']}:{BG}/deps",
+        VLLM_USE_FLASHINFER_SAMPLER="0",  # flashinfer is not carried
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def launch(batch: str) -> None:
+    (BG / "logs").mkdir(parents=True, exist_ok=True)
+    (BG / "results").mkdir(parents=True, exist_ok=True)
+    for name in BATCHES[batch]:
+        argv = argv_of(name)
+        log = open(BG / "logs" / f"{name}.log", "w")  # noqa: SIM115 (the child keeps it)
+        proc = subprocess.Popen(
+            argv,
+            env=env_of(name),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        state = {
+            "name": name,
+            "pid": proc.pid,
+            "argv": argv,
+            "launched": time.time(),
+            **SERVERS[name],
+        }
+        (BG / "results" / f"{name}.server.json").write_text(json.dumps(state, indent=1))
+        print(f"launched {name} pid {proc.pid}: {' '.join(argv)}", flush=True)
+
+
+def _state(name: str) -> dict:
+    return json.loads((BG / "results" / f"{name}.server.json").read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _get(url: str, timeout: float = 5.0) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (localhost)
+            return resp.read().decode()
+    except OSError:
+        return None
+
+
+def wait_ready(names: list[str], limit_s: float) -> dict[str, bool]:
+    t_end = time.time() + limit_s
+    ready: dict[str, bool] = {}
+    while time.time() < t_end and len(ready) < len(names):
+        for name in names:
+            if name in ready:
+                continue
+            st = _state(name)
+            if _get(f"http://127.0.0.1:{st['port']}/health") is not None:
+                st["ready_s"] = round(time.time() - st["launched"], 1)
+                (BG / "results" / f"{name}.server.json").write_text(json.dumps(st, indent=1))
+                print(f"{name} ready after {st['ready_s']} s", flush=True)
+                ready[name] = True
+            elif not _alive(st["pid"]):
+                print(f"{name} DIED; log tail:", flush=True)
+                lines = (BG / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+                print("\n".join(lines[-25:]), flush=True)
+                ready[name] = False
+        time.sleep(2)
+    for name in names:
+        if name not in ready:
+            print(f"{name} not ready within {limit_s:.0f} s", flush=True)
+            ready[name] = False
+    return ready
+
+
+def bench(name: str, load: str, tag: str) -> int:
+    st = _state(name)
+    out = BG / "results" / f"{name}-{load}{tag}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchgate.cli",
+        "bench",
+        "--base-url",
+        f"http://127.0.0.1:{st['port']}",
+        "--workload",
+        str(WORKLOADS[load]),
+        "--output",
+        str(out),
+        "--quiet",
+    ]
+    t0 = time.time()
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    rc = subprocess.run(cmd, env=env, timeout=300).returncode
+    summary = ""
+    if out.exists():
+        data = json.loads(out.read_text())
+        m = (data.get("summary") or {}).get("metrics", {})
+        tps = (m.get("output_tokens_per_s") or {}).get("median")
+        tpot = (m.get("tpot_ms.median") or {}).get("median")
+        summary = f"tok/s {tps:.1f} tpot {tpot:.2f} ms" if tps and tpot else ""
+    print(f"bench {name} {load}{tag}: rc {rc} in {time.time() - t0:.0f} s {summary}", flush=True)
+    return rc
+
+
+def stop(names: list[str]) -> None:
+    for name in names:
+        st = _state(name)
+        metrics = _get(f"http://127.0.0.1:{st['port']}/metrics")
+        if metrics:
+            keep = [
+                ln
+                for ln in metrics.splitlines()
+                if ln.startswith("vllm:spec_decode")
+                or ln.startswith("vllm:generation_tokens_total")
+            ]
+            (BG / "results" / f"{name}.metrics.txt").write_text("\n".join(keep) + "\n")
+        if _alive(st["pid"]):
+            with contextlib.suppress(OSError):
+                os.killpg(st["pid"], signal.SIGTERM)
+    for name in names:
+        pid = _state(name)["pid"]
+        for _ in range(30):
+            if not _alive(pid):
+                break
+            time.sleep(0.5)
+        else:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    time.sleep(2)
+
+
+def measure(
+    batch: str, do_stop: bool, then: str | None, limit_s: float, max_repeats: int | None = None
+) -> None:
+    names = BATCHES[batch]
+    ready = wait_ready(names, limit_s)
+    subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv"])
+    for name in names:
+        if not ready[name]:
+            continue
+        repeats = SERVERS[name]["repeats"]
+        if max_repeats is not None:
+            repeats = min(repeats, max_repeats)
+        for rep in range(repeats):
+            tag = "" if rep == 0 else f"-r{rep + 1}"
+            for load in ("c1", "c64"):
+                bench(name, load, tag)
+    if do_stop:
+        stop(names)
+    if then:
+        launch(then)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("plan")
+    lp = sub.add_parser("launch")
+    lp.add_argument("batch", choices=sorted(BATCHES))
+    mp = sub.add_parser("measure")
+    mp.add_argument("batch", choices=sorted(BATCHES))
+    mp.add_argument("--stop", action="store_true")
+    mp.add_argument("--then-launch", choices=sorted(BATCHES))
+    mp.add_argument("--ready-limit", type=float, default=360.0)
+    mp.add_argument(
+        "--max-repeats", type=int, help="at most this many runs per server (plain has 2)"
+    )
+    sp = sub.add_parser("stop")
+    sp.add_argument("batch", choices=sorted(BATCHES))
+    args = p.parse_args()
+    if args.cmd == "plan":
+        for batch, names in BATCHES.items():
+            for name in names:
+                print(f"batch {batch} {name}: {' '.join(argv_of(name))}")
+    elif args.cmd == "launch":
+        launch(args.batch)
+    elif args.cmd == "measure":
+        measure(args.batch, args.stop, args.then_launch, args.ready_limit, args.max_repeats)
+    elif args.cmd == "stop":
+        stop(BATCHES[args.batch])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
