@@ -450,7 +450,7 @@ def test_staged_choice_goes_to_the_ledger(tmp_path: Path) -> None:
     assert row["arms"][1]["stages"]["busy"]["status"] == "slower"
 
 
-CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "calibration" / "h200-vllm" / "results"
+CALIBRATION = Path(__file__).resolve().parents[1] / "lab" / "calibration" / "h200-vllm" / "results"
 
 
 def test_real_h200_records_one_stream_and_64_streams() -> None:

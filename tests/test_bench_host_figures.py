@@ -18,7 +18,7 @@ from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = str(REPO / "workloads" / "demo.yml")
-CALIBRATION = REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"
+CALIBRATION = REPO / "lab" / "calibration" / "h200-qwen3-14b-4b.json"
 
 
 def params(**kw):

@@ -19,7 +19,7 @@ from benchgate import hostprobe as hp
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / ".cache" / "models" / "tiny-llama"
-CALIBRATION = REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"
+CALIBRATION = REPO / "lab" / "calibration" / "h200-qwen3-14b-4b.json"
 WAIT_READY = REPO / "roles" / "vllm_service" / "files" / "wait_ready.py"
 
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "F64": 8, "I32": 4, "U8": 1, "I8": 1}

@@ -107,10 +107,10 @@ def test_parse_real_single_gpu_topology_with_ansi_header():
 
 def test_gathered_h200_facts_match_the_committed_json():
     """lab/calibration/h200-facts.json came from gather() on the H200; the fixtures agree."""
-    saved = json.loads((REPO / "docs" / "calibration" / "h200-facts.json").read_text())
+    saved = json.loads((REPO / "lab" / "calibration" / "h200-facts.json").read_text())
     facts = hwfacts.gather(
         nvidia_smi="/bin/true",  # any executable; the runner answers
-        calibration=str(REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"),
+        calibration=str(REPO / "lab" / "calibration" / "h200-qwen3-14b-4b.json"),
         run=fake_runner(H200_CSV, H200_TOPO),
     )
     assert facts == saved["vllm_hardware"]
@@ -241,7 +241,7 @@ def test_gather_topology_failure_is_unknown_not_fatal():
 def test_calibration_of_another_gpu_is_not_used():
     facts = hwfacts.gather(
         "/bin/true",
-        calibration=str(REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"),
+        calibration=str(REPO / "lab" / "calibration" / "h200-qwen3-14b-4b.json"),
         run=fake_runner(L4X4_CSV, L4X4_TOPO),
     )
     assert facts["memory_bandwidth_gbs"] == 300.0
@@ -329,7 +329,7 @@ def test_advice_on_ampere_and_on_nvlink():
 
 
 def test_advice_on_the_real_h200_and_without_gpu():
-    saved = json.loads((REPO / "docs" / "calibration" / "h200-facts.json").read_text())
+    saved = json.loads((REPO / "lab" / "calibration" / "h200-facts.json").read_text())
     spec = {"model": "/srv/models/qwen3-4b", "num_speculative_tokens": 3}  # as gathered
     notes = hwfacts.hardware_advice(saved["vllm_hardware"], spec, 1)
     assert topics(notes, "caution") == [] and topics(notes, "warning") == []
@@ -341,7 +341,7 @@ def test_advice_on_the_real_h200_and_without_gpu():
 
 
 def test_cli_reads_saved_facts(capsys):
-    path = REPO / "docs" / "calibration" / "h200-facts.json"
+    path = REPO / "lab" / "calibration" / "h200-facts.json"
     assert hwfacts.main(["--facts", str(path), "--speculative", '{"method": "ngram"}']) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["vllm_hardware"]["gpu_count"] == 1

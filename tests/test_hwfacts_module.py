@@ -81,7 +81,7 @@ def test_check_mode_with_a_stand_in_nvidia_smi(tmp_path):
         tmp_path,
         bindir,
         speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3},
-        calibration=str(REPO / "docs" / "calibration" / "h200-qwen3-14b-4b.json"),
+        calibration=str(REPO / "lab" / "calibration" / "h200-qwen3-14b-4b.json"),
     )
     facts = out["ansible_facts"]["vllm_hardware"]
     assert out["changed"] is False
