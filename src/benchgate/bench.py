@@ -367,7 +367,7 @@ async def run_side_by_side_async(
     both warm up, then trial i runs on one and then the other, in the order
     reference-candidate, candidate-reference, ... (ABBA), so a level of the
     machine that drifts over minutes lands on both sides instead of on one
-    (docs/benchmarks.md, "Side by side"). Returns (candidate, reference);
+    (lab/notes/benchmarks.md, "Side by side"). Returns (candidate, reference);
     both carry ``interleaved`` with one shared id, which the gate reads.
     """
 
@@ -558,7 +558,7 @@ def pin_client(cpu_list: str) -> set[int]:
     """Run this process (the benchmark client) on these CPUs only.
 
     On a small host the client and the server fight over the same cores and
-    the trials spread by 10-20% (docs/benchmarks.md, "Noise at the source"):
+    the trials spread by 10-20% (lab/notes/benchmarks.md, "Noise at the source"):
     giving the client its own cores takes that out of the measurement.
     """
     try:
