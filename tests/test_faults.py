@@ -22,23 +22,16 @@ from typing import Any
 
 import pytest
 
-from _load import load_file
-from benchgate import ledger
-from benchgate import stats as bg_stats
+from benchgate import gate as bg_gate
+from benchgate import ledger, rules
 from benchgate.bench import Progress, run_benchmark
-
-GATE_PATH = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "benchgate_gate.py"
 
 TRIALS = 5
 # Trials of 8 short requests against the fake server vary by several percent
 # when the machine is busy: judge with a 25% limit, so the control below
 # passes under load. A spoiled trial makes a verdict short of PASS whatever
 # the limit (the invalid-trials rule), which is what the fault tests check.
-SPECS = bg_stats.make_specs(max_regression_pct=25.0)
-
-
-def _load_gate() -> Any:
-    return load_file(GATE_PATH, "benchgate_gate_faults")
+SPECS = rules.make_specs(max_regression_pct=25.0)
 
 
 def workload(trials: int = TRIALS, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -135,8 +128,8 @@ def baseline() -> Iterator[dict[str, Any]]:
 def test_five_valid_trials_like_the_baseline_pass(baseline: dict[str, Any]):
     """The control: five valid trials are enough to pass, so the verdicts below
     come from the trials the faults spoiled."""
-    verdict = bg_stats.judge_results(baseline, baseline, SPECS)
-    assert verdict.verdict == bg_stats.PASS, verdict.reasons
+    verdict = rules.judge_results(baseline, baseline, SPECS)
+    assert verdict.verdict == rules.PASS, verdict.reasons
 
 
 def _invalid(result: dict[str, Any]) -> list[int]:
@@ -152,28 +145,22 @@ def test_server_killed_mid_benchmark_is_not_passed(
     # Trial 0 ran before the kill; trial 1 lost its requests in flight, the
     # later trials every request (connection refused).
     assert _invalid(candidate) == list(range(1, TRIALS))
-    verdict = bg_stats.judge_results(baseline, candidate, SPECS)
-    assert verdict.verdict == bg_stats.INCONCLUSIVE
+    verdict = rules.judge_results(baseline, candidate, SPECS)
+    assert verdict.verdict == rules.INCONCLUSIVE
     assert "too few valid trials (baseline 5, candidate 1" in verdict.reasons[0]
     assert f"dropped 0 baseline, {TRIALS - 1} candidate" in verdict.reasons[0]
 
-    # Through the Ansible module, as playbooks/upgrade.yml judges: no PASS in the ledger.
+    # Through the gate, as the module judges for playbooks/upgrade.yml: no PASS in the ledger.
     db = tmp_path / "ledger.sqlite"
-    gate = _load_gate()
-    out = gate.gate(
-        {
-            **{k: v["default"] for k, v in gate.ARGUMENT_SPEC.items() if "default" in v},
-            "baseline": baseline,
-            "candidate": candidate,
-            "ledger": str(db),
-            "host": "h1",
-            "release": "0.32.0",
-            "baseline_release": "0.31.0",
-            "phase": "candidate",
-        },
-        check_mode=False,
+    judged = bg_gate.run_gate(
+        baseline,
+        candidate,
+        ledger=str(db),
+        host="h1",
+        release="0.32.0",
+        baseline_release="0.31.0",
     )
-    assert not out["passed"]
+    assert not judged.verdict.passed
     assert [v.verdict for v in ledger.history(db)] == ["INCONCLUSIVE"]
 
 
@@ -190,8 +177,8 @@ def test_server_hung_mid_benchmark_is_not_passed(server: Server, baseline: dict[
     assert hook.sent, "the server was never stopped"
     assert time.monotonic() - started < 60, "the client waited past its timeouts"
     assert _invalid(candidate) == [2]
-    verdict = bg_stats.judge_results(baseline, candidate, SPECS)
-    assert verdict.verdict == bg_stats.INCONCLUSIVE
+    verdict = rules.judge_results(baseline, candidate, SPECS)
+    assert verdict.verdict == rules.INCONCLUSIVE
     assert "too few valid trials (baseline 5, candidate 2" in verdict.reasons[0]
 
 
@@ -218,5 +205,5 @@ def test_server_killed_in_its_last_trials_is_not_passed():
     # sees live when the kill comes early).
     baseline = _synthetic([300.0, 301.0, 299.0, 302.0, 300.0, 298.0, 301.0, 300.0])
     candidate = _synthetic([301.0, 300.0, 302.0, 299.0, 300.0, 0.5, 0.1, 0.1], invalid=(5, 6, 7))
-    verdict = bg_stats.judge_results(baseline, candidate, SPECS)
-    assert verdict.verdict != bg_stats.PASS, verdict.reasons
+    verdict = rules.judge_results(baseline, candidate, SPECS)
+    assert verdict.verdict != rules.PASS, verdict.reasons

@@ -204,17 +204,17 @@ def test_missing_benchgate_fails_with_missing_required_lib(
     assert "required" in out["msg"]
 
 
-def test_gate_function_records_three_rows(tmp_path: Path) -> None:
+def test_module_records_three_rows(tmp_path: Path) -> None:
     db = tmp_path / "l.sqlite"
-    params = {k: v.get("default") for k, v in gate_module.ARGUMENT_SPEC.items()}
-    params.update(
-        baseline=make_result(1.0, seed=4),
-        candidate=make_result(0.85, seed=5),
-        ledger=str(db),
-        host="h",
-        release="0.12.0",
+    out = run_module(
+        {
+            "baseline": make_result(1.0, seed=4),
+            "candidate": make_result(0.85, seed=5),
+            "ledger": str(db),
+            "host": "h",
+            "release": "0.12.0",
+        }
     )
-    out = gate_module.gate(params, check_mode=False)
     assert out["verdict"] == "FAIL"
     with sqlite3.connect(db) as conn:
         counts = [
@@ -301,12 +301,12 @@ def test_run_spread_widens_the_interval_less_with_more_runs() -> None:
 
 
 def test_decidable_limit_follows_the_runs() -> None:
-    from benchgate import stats
+    from benchgate import ranks
 
     # 2 * 1.645 * ln(1.04) * sqrt(2) = 0.183 on the log scale: about 20%.
-    assert stats.decidable_limit_pct(4.0, (1, 1)) == pytest.approx(20.0, abs=0.2)
-    assert stats.decidable_limit_pct(4.0, (2, 2)) < stats.decidable_limit_pct(4.0, (2, 1))
-    assert stats.decidable_limit_pct(0.0, (1, 1)) == 0.0
+    assert ranks.decidable_limit_pct(4.0, (1, 1)) == pytest.approx(20.0, abs=0.2)
+    assert ranks.decidable_limit_pct(4.0, (2, 2)) < ranks.decidable_limit_pct(4.0, (2, 1))
+    assert ranks.decidable_limit_pct(0.0, (1, 1)) == 0.0
 
 
 def test_staged_results_are_judged_stage_by_stage_and_recorded(tmp_path: Path) -> None:

@@ -90,7 +90,8 @@ def test_goodput_per_trial_and_in_the_summary():
 
 def test_the_gate_reads_goodput_from_a_result():
     from benchgate.results import Result, Summary, Target, WorkloadInfo
-    from benchgate.stats import Direction, direction_of, samples_from_result
+    from benchgate.rules import Direction, direction_of
+    from benchgate.samples import samples_from_result
 
     slo = {"ttft_ms": 500}
     trials = [

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchgate import stats
+from benchgate import rules, samples
 
 
 def result(values: list[float]) -> dict[str, Any]:
@@ -32,21 +32,21 @@ def result(values: list[float]) -> dict[str, Any]:
 
 
 def test_merge_joins_trials_and_recomputes_medians() -> None:
-    merged = stats.merge_results([result([1.0, 2.0, 3.0]), result([10.0, 11.0])])
+    merged = samples.merge_results([result([1.0, 2.0, 3.0]), result([10.0, 11.0])])
     assert [t["index"] for t in merged["trials"]] == [0, 1, 2, 3, 4]
-    assert stats.samples_from_result(merged, "output_tokens_per_s") == [1, 2, 3, 10, 11]
+    assert samples.samples_from_result(merged, "output_tokens_per_s") == [1, 2, 3, 10, 11]
     metric = merged["summary"]["metrics"]["output_tokens_per_s"]
     assert metric["median"] == 3.0 and metric["samples"] == [1, 2, 3, 10, 11]
     assert merged["summary"]["total_trials"] == 5 and merged["merged_from"] == 2
     with pytest.raises(ValueError):
-        stats.merge_results([])
+        samples.merge_results([])
 
 
 def test_more_trials_resolve_most_inconclusive_verdicts() -> None:
     """A 1% slower candidate, 4% trial noise, 8 baseline trials: with 3 candidate
     trials the gate often cannot bound the regression under 5%; adding 12 more
     resolves most of those comparisons (deterministic seeds)."""
-    specs = stats.make_specs(metrics=["output_tokens_per_s"])
+    specs = rules.make_specs(metrics=["output_tokens_per_s"])
     before = after = 0
     for seed in range(60):
         rng = random.Random(seed)
@@ -59,8 +59,8 @@ def test_more_trials_resolve_most_inconclusive_verdicts() -> None:
             result(noisy(99.0, 3)),
             result(noisy(99.0, 12)),
         )
-        before += stats.judge_results(baseline, first, specs).verdict == stats.INCONCLUSIVE
-        merged = stats.merge_results([first, more])
-        after += stats.judge_results(baseline, merged, specs).verdict == stats.INCONCLUSIVE
+        before += rules.judge_results(baseline, first, specs).verdict == rules.INCONCLUSIVE
+        merged = samples.merge_results([first, more])
+        after += rules.judge_results(baseline, merged, specs).verdict == rules.INCONCLUSIVE
     assert before >= 20
     assert after <= before / 2

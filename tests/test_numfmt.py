@@ -59,15 +59,15 @@ def test_the_change_is_written_in_the_words_of_its_metric() -> None:
 
 def test_no_table_or_reason_writes_the_typographic_minus_or_infinity() -> None:
     """Issue 17: the gate and the A/B wrote "\u2212" and "\u221e"; every writer is numfmt's."""
-    from benchgate import ab, stats
+    from benchgate import ab, rules, table
 
-    spec = stats.make_specs(metrics=["output_tokens_per_s"])[0]
-    verdict = stats.judge_metric(spec, [100.0, 101.0, 102.0], [80.0, 81.0, 82.0])
-    unattainable = stats.judge_metric(  # no bound attainable: the old code wrote "\u221e"
-        spec, [100.0, 101.0], [99.0, 100.0], stats.GateConfig(min_trials=2, alpha=0.01)
+    spec = rules.make_specs(metrics=["output_tokens_per_s"])[0]
+    verdict = rules.judge_metric(spec, [100.0, 101.0, 102.0], [80.0, 81.0, 82.0])
+    unattainable = rules.judge_metric(  # no bound attainable: the old code wrote "\u221e"
+        spec, [100.0, 101.0], [99.0, 100.0], rules.GateConfig(min_trials=2, alpha=0.01)
     )
     assert unattainable.change_hi_pct == float("inf")
-    table = stats.render_table(stats.combine([verdict, unattainable]), 0.05)
+    gate_table = table.render_table(rules.combine([verdict, unattainable]))
     arms = [ab.Arm("off", {}), ab.Arm("ngram-k3", {"method": "ngram"})]
     choice = ab.choose(
         arms,
@@ -76,8 +76,8 @@ def test_no_table_or_reason_writes_the_typographic_minus_or_infinity() -> None:
             "ngram-k3": {"trials": [_trial(x) for x in (80.0, 81.0, 82.0, 83.0)]},
         },
     )
-    text = table + ab.render_table(choice) + " ".join(a.note for a in choice.arms)
-    assert "worse" in table and "ngram-k3" in text
+    text = gate_table + ab.render_table(choice) + " ".join(a.note for a in choice.arms)
+    assert "worse" in gate_table and "ngram-k3" in text
     assert "\u2212" not in text and "\u221e" not in text
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from benchgate import ab, cli, ledger, report, stages, stats
+from benchgate import ab, cli, ledger, report, rules, stages
 from benchgate.results import summarize_dicts
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 
@@ -781,7 +781,7 @@ def test_staged_verdict_names_the_failed_stage_with_its_estimate_and_interval(
     cand = staged_result("0.32.0", {"single": 100.0, "busy": 320.0}, seed=2)  # busy -20%
     b = record(db, tmp_path, "b", base, host="gpu-1", phase="baseline")
     c = record(db, tmp_path, "c", cand, host="gpu-1", phase="candidate")
-    verdict = stages.judge_staged(base, cand, stats.make_specs(metrics=[TPUT]))
+    verdict = stages.judge_staged(base, cand, rules.make_specs(metrics=[TPUT]))
     assert [s.verdict.verdict for s in verdict.stages] == ["PASS", "FAIL"]
     ledger.record_verdict(
         db,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchgate import stats
+from benchgate import ranks, rules, samples
 from benchgate.bench import BenchmarkError, module_run, progress_logger, reference_path
 from benchgate.testing.fakeserver import FakeConfig, serve_in_thread
 from test_gate_module import _patch_exits, make_result, run_module  # noqa: F401 (fixture)
@@ -120,12 +120,12 @@ def _paired(scale_b: float, scale_c: float, pair: str = "p1") -> tuple[dict, dic
 def test_side_by_side_needs_every_result_of_both_sides_paired() -> None:
     b, c = _paired(1.0, 1.0)
     b2, c2 = _paired(1.0, 1.0, "p2")
-    assert stats.side_by_side([b], [c])
-    assert stats.side_by_side([b, b2], [c2, c])
-    assert not stats.side_by_side([b], [c2])  # another pair
-    assert not stats.side_by_side([c], [b])  # sides swapped
-    assert not stats.side_by_side([b, make_result(1.0)], [c, c2])  # one run not paired
-    assert not stats.side_by_side([make_result(1.0)], [make_result(1.0)])
+    assert samples.side_by_side([b], [c])
+    assert samples.side_by_side([b, b2], [c2, c])
+    assert not samples.side_by_side([b], [c2])  # another pair
+    assert not samples.side_by_side([c], [b])  # sides swapped
+    assert not samples.side_by_side([b, make_result(1.0)], [c, c2])  # one run not paired
+    assert not samples.side_by_side([make_result(1.0)], [make_result(1.0)])
 
 
 @pytest.mark.usefixtures("_patch_exits")
@@ -170,7 +170,7 @@ def test_signed_rank_counts_match_every_sign_pattern() -> None:
         brute = [0] * (n * (n + 1) // 2 + 1)
         for signs in product((0, 1), repeat=n):
             brute[sum(r for r, s in zip(range(1, n + 1), signs) if s)] += 1
-        assert stats._signed_rank_counts(n) == brute
+        assert ranks._signed_rank_counts(n) == brute
 
 
 def test_pairs_see_through_a_drifting_machine_that_two_samples_cannot() -> None:
@@ -182,8 +182,8 @@ def test_pairs_see_through_a_drifting_machine_that_two_samples_cannot() -> None:
     level = [400.0 * (1 + 0.25 * rng.uniform(-1, 1)) for _ in range(12)]
     base = [x * (1 + rng.gauss(0, 0.01)) for x in level]
     cand = [x * 0.97 * (1 + rng.gauss(0, 0.01)) for x in level]
-    pair = stats.signed_rank_shift(base, cand, 0.05)
-    apart = stats.hodges_lehmann(base, cand, 0.05)
+    pair = ranks.signed_rank_shift(base, cand, 0.05)
+    apart = ranks.hodges_lehmann(base, cand, 0.05)
     assert pair.change == pytest.approx(-0.03, abs=0.01)
     assert -0.06 < pair.change_lo < pair.change < pair.change_hi < 0.0
     assert pair.p_lower < 0.01
@@ -192,7 +192,7 @@ def test_pairs_see_through_a_drifting_machine_that_two_samples_cannot() -> None:
     assert apart.change_hi - apart.change_lo > 3 * (pair.change_hi - pair.change_lo)
     # Twelve pairs at alpha 0.05: the 18th smallest of 78 Walsh averages
     # (P(T+ <= 17) = 0.0461 <= 0.05 < P(T+ <= 18)).
-    counts = stats._signed_rank_counts(12)
+    counts = ranks._signed_rank_counts(12)
     assert sum(counts[:18]) / 2**12 <= 0.05 < sum(counts[:19]) / 2**12
 
 
@@ -200,10 +200,10 @@ def test_paired_judging_drops_a_pair_with_an_invalid_trial() -> None:
     b = make_result(1.0, n=6, seed=1)
     c = make_result(1.0, n=6, seed=2)
     c["trials"][2] = {"index": 2, "valid": False, "invalid_reason": "error rate", "metrics": None}
-    bv, cv, runs = stats.paired_samples(b, c, "output_tokens_per_s")
+    bv, cv, runs = samples.paired_samples(b, c, "output_tokens_per_s")
     assert len(bv) == len(cv) == 5 and runs == [0] * 5
     assert bv[2] == b["trials"][3]["metrics"]["output_tokens_per_s"]
-    verdict = stats.judge_results(b, c, config=stats.GateConfig(paired=True))
+    verdict = rules.judge_results(b, c, config=rules.GateConfig(paired=True))
     tput = verdict.metric("output_tokens_per_s")
     assert tput.n_baseline == tput.n_candidate == 5
     assert "5 pairs, side by side" in tput.reason

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchgate import stages, stats
+from benchgate import gate, rules, samples, stages
 from benchgate.cli import main
 
 TPUT = "output_tokens_per_s"
@@ -70,7 +70,7 @@ def unstaged(level: float, n: int = 8, seed: int = 0) -> dict[str, Any]:
     }
 
 
-SPECS = stats.make_specs(metrics=[TPUT])
+SPECS = rules.make_specs(metrics=[TPUT])
 
 
 # --------------------------------------------------------------------------- reading
@@ -84,9 +84,11 @@ def test_split_gives_one_ordinary_result_per_stage_in_order():
     single = parts["single"]
     assert [t["index"] for t in single["trials"]] == [0, 1, 2]
     assert single["summary"]["total_trials"] == 3 and single["summary"]["valid_trials"] == 2
-    assert single["summary"]["metrics"][TPUT]["samples"] == stats.samples_from_result(single, TPUT)
+    assert single["summary"]["metrics"][TPUT]["samples"] == samples.samples_from_result(
+        single, TPUT
+    )
     assert single["stage_params"] == {"concurrency": 1} and "stages" not in single
-    assert stats.samples_from_result(parts["busy"], TPUT) == pytest.approx([400.0] * 3, rel=0.1)
+    assert samples.samples_from_result(parts["busy"], TPUT) == pytest.approx([400.0] * 3, rel=0.1)
     # An old result without stages is one stage, untouched.
     old = unstaged(100.0)
     assert not stages.is_staged(old) and stages.split_result(old) == {None: old}
@@ -102,7 +104,7 @@ def test_merged_staged_results_keep_stages_and_resummarize_them():
     assert [t["run"] for t in merged["trials"]] == [0] * 6 + [1] * 4
     assert [s["summary"]["valid_trials"] for s in merged["stages"]] == [5, 5]
     parts = stages.split_result(merged)
-    assert len(stats.samples_from_result(parts["busy"], TPUT)) == 5
+    assert len(samples.samples_from_result(parts["busy"], TPUT)) == 5
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -112,7 +114,7 @@ def test_identical_stages_pass_and_every_stage_is_judged():
     base = staged({"single": 100.0, "busy": 400.0}, seed=1)
     cand = staged({"single": 100.0, "busy": 400.0}, seed=2)
     verdict = stages.judge_staged(base, cand, SPECS)
-    assert verdict.verdict == stats.PASS
+    assert verdict.verdict == rules.PASS
     assert [s.stage for s in verdict.stages] == ["single", "busy"]
     assert all(s.alpha == pytest.approx(0.025) for s in verdict.stages)
     data = verdict.to_dict()
@@ -127,9 +129,9 @@ def test_a_regression_at_one_stage_fails_the_host_and_names_the_stage():
     base = staged({"single": 100.0, "busy": 400.0}, seed=1)
     cand = staged({"single": 100.0, "busy": 320.0}, seed=2)  # 20% slower under load only
     verdict = stages.judge_staged(base, cand, SPECS)
-    assert verdict.verdict == stats.FAIL
-    assert verdict.stage("single").verdict.verdict == stats.PASS
-    assert verdict.stage("busy").verdict.verdict == stats.FAIL
+    assert verdict.verdict == rules.FAIL
+    assert verdict.stage("single").verdict.verdict == rules.PASS
+    assert verdict.stage("busy").verdict.verdict == rules.FAIL
     assert verdict.reasons and all(r.startswith("stage busy: ") for r in verdict.reasons)
 
 
@@ -140,16 +142,16 @@ def test_fail_beats_inconclusive_beats_pass_over_stages():
     for t in cand["trials"]:
         if t["stage"] == "b" and t["index"] % 8 > 1:
             t["valid"] = False
-    assert stages.judge_staged(base, cand, SPECS).verdict == stats.INCONCLUSIVE
+    assert stages.judge_staged(base, cand, SPECS).verdict == rules.INCONCLUSIVE
     for t in cand["trials"]:
         if t["stage"] == "c":
             t["metrics"][TPUT] *= 0.7
     verdict = stages.judge_staged(base, cand, SPECS)
-    assert verdict.verdict == stats.FAIL
+    assert verdict.verdict == rules.FAIL
     assert [s.verdict.verdict for s in verdict.stages] == [
-        stats.PASS,
-        stats.INCONCLUSIVE,
-        stats.FAIL,
+        rules.PASS,
+        rules.INCONCLUSIVE,
+        rules.FAIL,
     ]
 
 
@@ -157,7 +159,7 @@ def test_a_stage_only_one_side_measured_never_passes():
     base = staged({"single": 100.0, "busy": 400.0}, seed=1)
     cand = staged({"single": 100.0}, seed=2)
     verdict = stages.judge_staged(base, cand, SPECS)
-    assert verdict.verdict == stats.INCONCLUSIVE
+    assert verdict.verdict == rules.INCONCLUSIVE
     assert "stage busy: not measured on the candidate" in verdict.reasons[0]
     with pytest.raises(ValueError, match="only the baseline has stages"):
         stages.judge_staged(base, unstaged(100.0), SPECS)
@@ -174,24 +176,24 @@ def test_each_stage_may_carry_its_own_limit_and_critical_metrics():
         ttft={"single": 65.0, "busy": 65.0},
         gates=gates,
     )
-    specs = stats.make_specs(metrics=[TPUT, "ttft_ms"])
-    warn = stats.GateConfig(noncritical_fail="warn")
+    specs = rules.make_specs(metrics=[TPUT, "ttft_ms"])
+    warn = rules.GateConfig(noncritical_fail="warn")
     verdict = stages.judge_staged(base, cand, specs, warn)
     single, busy = verdict.stages
     # single: TTFT is not critical there, so its FAIL only warns.
-    assert single.verdict.verdict == stats.PASS and single.verdict.warnings
+    assert single.verdict.verdict == rules.PASS and single.verdict.warnings
     # busy: throughput within its own 15%, but TTFT is critical there.
-    assert busy.verdict.metric(TPUT).verdict == stats.PASS
+    assert busy.verdict.metric(TPUT).verdict == rules.PASS
     assert busy.verdict.metric(TPUT).max_regression_pct == 15
     assert busy.verdict.metric("ttft_ms").critical
-    assert busy.verdict.verdict == stats.FAIL and verdict.verdict == stats.FAIL
+    assert busy.verdict.verdict == rules.FAIL and verdict.verdict == rules.FAIL
     # The same candidate under the judge's 5% everywhere: throughput fails at busy.
     strict = stages.judge_staged(base, cand, specs, warn, gates={"busy": {"critical": [TPUT]}})
-    assert strict.stage("busy").verdict.metric(TPUT).verdict == stats.FAIL
+    assert strict.stage("busy").verdict.metric(TPUT).verdict == rules.FAIL
 
 
 def test_stage_specs_apply_the_gate_over_the_judges_specs():
-    specs = stats.make_specs(metrics=[TPUT, "ttft_ms"], thresholds={"ttft_ms": 10})
+    specs = rules.make_specs(metrics=[TPUT, "ttft_ms"], thresholds={"ttft_ms": 10})
     assert stages.stage_specs(specs, None) == specs
     out = stages.stage_specs(
         specs, {"metrics": [TPUT], "critical": ["goodput"], "thresholds": {"tpot_ms": 20}}, 7.0
@@ -217,21 +219,21 @@ def test_a_stage_latency_stat_judges_that_statistic():
     for result, p99 in ((base, 100.0), (cand, 200.0)):
         for t in result["trials"]:
             t["metrics"]["ttft_ms"]["p99"] = p99
-    specs = stats.make_specs(metrics=["ttft_ms"])
-    assert stages.judge_staged(base, cand, specs).verdict == stats.PASS  # medians agree
+    specs = rules.make_specs(metrics=["ttft_ms"])
+    assert stages.judge_staged(base, cand, specs).verdict == rules.PASS  # medians agree
     p99 = stages.judge_staged(base, cand, specs, gates={"slo": {"latency_stat": "p99"}})
-    assert p99.verdict == stats.FAIL
+    assert p99.verdict == rules.FAIL
 
 
 def _aa_fail_rate(correction: str, runs: int = 200) -> float:
     """A/A: four stages, 8+8 trials, 4% noise, a 0% limit (FAIL = a significant slowdown)."""
-    specs = stats.make_specs(metrics=[TPUT], max_regression_pct=0.0)
+    specs = rules.make_specs(metrics=[TPUT], max_regression_pct=0.0)
     levels = {name: 100.0 for name in "abcd"}
     fails = 0
     for seed in range(runs):
         base = staged(levels, seed=2 * seed, noise=0.04)
         cand = staged(levels, seed=2 * seed + 1, noise=0.04)
-        fails += stages.judge_staged(base, cand, specs, correction=correction).verdict == stats.FAIL
+        fails += stages.judge_staged(base, cand, specs, correction=correction).verdict == rules.FAIL
     return fails / runs
 
 
@@ -249,7 +251,7 @@ def test_a_15_percent_regression_in_one_stage_of_four_is_caught():
         base = staged(levels, seed=2 * seed, noise=0.04)
         cand = staged({**levels, "c": 85.0}, seed=2 * seed + 1, noise=0.04)
         verdict = stages.judge_staged(base, cand, SPECS)
-        caught += verdict.verdict == stats.FAIL and verdict.stage("c").verdict.verdict == "FAIL"
+        caught += verdict.verdict == rules.FAIL and verdict.stage("c").verdict.verdict == "FAIL"
     assert caught >= 54  # 90%
 
 
@@ -263,17 +265,17 @@ def test_few_trials_cannot_decide_once_alpha_is_split():
         staged({"a": 100.0, "b": 100.0}, n=3, seed=2),
         SPECS,
     )
-    assert one.verdict == stats.PASS
-    assert two.verdict == stats.INCONCLUSIVE
+    assert one.verdict == rules.PASS
+    assert two.verdict == rules.INCONCLUSIVE
     # No bound exists at 0.025 with 3+3 trials: the interval is unbounded.
     assert math.isinf(two.stage("a").verdict.metric(TPUT).change_lo_pct)
 
 
 def test_unstaged_results_are_judged_exactly_as_before():
     base, cand = unstaged(100.0, seed=1), unstaged(97.0, seed=2)
-    verdict = stages.judge_any(base, cand, SPECS)
-    assert isinstance(verdict, stats.Verdict)
-    assert verdict == stats.judge_results(base, cand, SPECS)
+    verdict = gate.judge(base, cand, SPECS, rules.GateConfig())
+    assert not verdict.staged
+    assert verdict == rules.judge_results(base, cand, SPECS)
 
 
 # --------------------------------------------------------------------------- benchgate judge

@@ -437,9 +437,9 @@ def test_stage_gate_is_kept_for_the_judge():
 
 
 def test_latency_stats_match_the_judge():
-    from benchgate import stats, workload
+    from benchgate import rules, workload
 
-    assert workload.LATENCY_STATS == stats.LATENCY_STATS
+    assert workload.LATENCY_STATS == rules.LATENCY_STATS
 
 
 def test_shipped_staged_demo_is_small_and_has_two_loads():
@@ -448,10 +448,10 @@ def test_shipped_staged_demo_is_small_and_has_two_loads():
     assert loads == [("single", 1, 8), ("busy", 4, 8)]
     # 8 trials per stage: with alpha split over two stages, 8 pairs are the
     # fewest whose signed-rank bound is not the extreme pair (side by side).
-    from benchgate import stats
+    from benchgate import ranks
 
     def tail_rank(n: int) -> int:  # the bound is the k-th smallest Walsh average
-        counts = stats._signed_rank_counts(n)
+        counts = ranks._signed_rank_counts(n)
         return max(k for k in range(len(counts)) if sum(counts[:k]) / 2**n <= 0.025)
 
     assert tail_rank(6) == 1 and tail_rank(8) == 4

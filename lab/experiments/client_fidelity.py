@@ -156,7 +156,7 @@ def print_shift(bg: list[float], vb: list[float]) -> None:
 
     from scipy.stats import bootstrap
 
-    from benchgate.stats import hodges_lehmann
+    from benchgate.ranks import hodges_lehmann
 
     hl = hodges_lehmann(vb, bg, alpha=0.05)
     print(f"output tok/s, benchgate vs vllm bench: Hodges-Lehmann shift {100 * hl.change:+.1f}% "

@@ -3,7 +3,7 @@
 
 Trials are built by resampling per-request records (output tokens, TTFT and
 end-to-end latency) into benchmark trials, then each comparison is judged
-twice: by the gate (``benchgate.stats.judge``, the metrics and settings the
+twice: by the gate (``benchgate.rules.judge``, the metrics and settings the
 ``benchgate_gate`` module uses by default) and by the naive rule (one run each,
 block when >= X% slower).
 
@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import benchgate.stats as stats
+from benchgate import rules
 
 SECTION = "## Gate decision quality"
 
@@ -267,10 +267,10 @@ class Tally:
     def add(self, verdict: str, trials: int = 1, latency_fail: bool = False) -> None:
         self.comparisons += 1
         self.trials += trials
-        if verdict == stats.FAIL:
+        if verdict == rules.FAIL:
             self.fail += 1
             self.latency_fail += int(latency_fail)
-        elif verdict == stats.INCONCLUSIVE:
+        elif verdict == rules.INCONCLUSIVE:
             self.inconclusive += 1
 
     @property
@@ -292,7 +292,7 @@ class Plan:
     trials: int  # first batch per side (the workload's trials)
     extra: int  # candidate trials added per extra round (benchgate_extra_trials)
     rounds: int  # extra rounds while INCONCLUSIVE (the playbook: 1)
-    config: stats.GateConfig
+    config: rules.GateConfig
     aba: bool = False  # benchgate_interleave: the baseline measured again after the candidate
 
     @property
@@ -324,7 +324,7 @@ def parse_plan(text: str, alpha: float) -> Plan:
     rounds = int(m.group(3)) if m.group(3) else 1
     if trials < 3:
         raise ValueError(f"schedule {text!r}: at least 3 trials per side (the gate's minimum)")
-    config = stats.GateConfig(alpha=alpha, fail_requires_bound=m.group(4) != "point")
+    config = rules.GateConfig(alpha=alpha, fail_requires_bound=m.group(4) != "point")
     return Plan(trials, extra, rounds, config, aba=bool(m.group(5)))
 
 
@@ -353,7 +353,7 @@ def run_scenario(
 ) -> tuple[Tally, Tally]:
     """(naive, gate on the playbook's schedule) for one scenario."""
     rng = random.Random(seed)
-    specs = stats.make_specs(list(setup.metrics), setup.limit)
+    specs = rules.make_specs(list(setup.metrics), setup.limit)
     naive, scheduled = Tally(), Tally()
 
     def run(slow: float, phase: int) -> list[dict[str, float]]:
@@ -377,8 +377,8 @@ def run_scenario(
         cand: list[dict[str, float]],
         base_runs: list[int],
         cand_runs: list[int],
-    ) -> stats.Verdict:
-        return stats.judge(
+    ) -> rules.Verdict:
+        return rules.judge(
             {m: _samples(base, m) for m in setup.metrics},
             {m: _samples(cand, m) for m in setup.metrics},
             specs,
@@ -400,10 +400,10 @@ def run_scenario(
         next_phase = 3 if plan.aba else 2
         # The naive rule sees one run each: the first trial of each side.
         naive.add(
-            stats.naive_verdict(
+            rules.naive_verdict(
                 base[0]["output_tokens_per_s"],
                 cand[0]["output_tokens_per_s"],
-                stats.Direction.HIGHER,
+                rules.Direction.HIGHER,
                 setup.limit,
             )
         )
@@ -411,14 +411,14 @@ def run_scenario(
         # While INCONCLUSIVE: more candidate trials (the baseline release no
         # longer serves), judged against the same baseline.
         for _round in range(plan.rounds if plan.extra else 0):
-            if verdict.verdict != stats.INCONCLUSIVE:
+            if verdict.verdict != rules.INCONCLUSIVE:
                 break
             cand += run(slowdown, next_phase)[: plan.extra]
             cand_runs += [_round + 1] * (len(cand) - len(cand_runs))
             next_phase += 1
             verdict = judge(base, cand, base_runs, cand_runs)
-        latency_only = verdict.verdict == stats.FAIL and all(
-            m.verdict != stats.FAIL for m in verdict.metrics if m.critical
+        latency_only = verdict.verdict == rules.FAIL and all(
+            m.verdict != rules.FAIL for m in verdict.metrics if m.critical
         )
         scheduled.add(verdict.verdict, len(cand), latency_only)
     return naive, scheduled
@@ -475,7 +475,7 @@ def report(args: argparse.Namespace, pool: Pool, command: str) -> str:
             else []
         ),
         f"- naive: one run each, block when output tok/s is >= {args.limit:g}% lower.",
-        f"- gate: `benchgate.stats.judge` on {', '.join(setup.metrics)} as `benchgate_gate` "
+        f"- gate: `benchgate.rules.judge` on {', '.join(setup.metrics)} as `benchgate_gate` "
         "judges them (output_tokens_per_s critical, a latency FAIL blocks too), "
         f"alpha {args.alpha:g}. `N+N, +E cand.`: N trials per side, then while INCONCLUSIVE "
         "E more candidate trials (once), judged against the same baseline, as "
@@ -562,10 +562,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--metrics",
-        default=",".join(stats.DEFAULT_METRICS),
+        default=",".join(rules.DEFAULT_METRICS),
         help="judged metrics, comma-separated (default: the gate's)",
     )
-    p.add_argument("--alpha", type=float, default=stats.GateConfig.alpha)
+    p.add_argument("--alpha", type=float, default=rules.GateConfig.alpha)
     p.add_argument("--requests-per-trial", type=int, help="default: as in the source")
     p.add_argument("--limit", type=float, default=5.0, help="max regression percent")
     p.add_argument("--regression", type=float, default=15.0, help="injected slowdown percent")

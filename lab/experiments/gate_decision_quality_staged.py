@@ -19,7 +19,7 @@ on the schedule of ``playbooks/upgrade.yml``: each measurement run is one
 staged result (N trials per stage, stages in the workload's order); a side
 measured more than once (A-B-A's second baseline, the extra candidate
 trials) is merged with ``benchgate.stages.merge_staged`` (each measurement
-keeps its ``run``); ``stages.judge_any`` with the module's defaults (metrics
+keeps its ``run``); ``stages.judge_staged`` with the module's defaults (metrics
 output_tokens_per_s, ttft_ms, tpot_ms; output_tokens_per_s critical;
 ``fail_requires_bound``), ``--limit`` as ``max_regression_pct``,
 ``--run-spread`` as ``run_spread_pct`` and every stage's ``gate`` block of
@@ -103,7 +103,7 @@ from scipy.stats import binomtest
 
 import gate_decision_quality as dq  # noqa: E402
 
-from benchgate import stages, stats  # noqa: E402
+from benchgate import ranks, rules, stages  # noqa: E402
 from benchgate.workload import load_workload  # noqa: E402
 
 TPUT = "output_tokens_per_s"
@@ -222,17 +222,17 @@ def measure(
 class Judge:
     """``benchgate_gate``'s settings for a staged result."""
 
-    specs: tuple[stats.MetricSpec, ...]
-    config: stats.GateConfig
+    specs: tuple[rules.MetricSpec, ...]
+    config: rules.GateConfig
     correction: str = "bonferroni"
     # stage -> gate block, over the ones the results carry (``--gates-from``)
     gates: Mapping[str, Mapping[str, Any]] | None = None
 
     def __call__(
         self, baselines: Sequence[dict[str, Any]], candidates: Sequence[dict[str, Any]]
-    ) -> stages.StagedVerdict:
-        # What the module does with a list per side: merge_staged, then judge_any.
-        verdict = stages.judge_any(
+    ) -> rules.Verdict:
+        # What the gate does with a list per side: merge_staged, then judge the stages.
+        return stages.judge_staged(
             stages.merge_staged(baselines),
             stages.merge_staged(candidates),
             list(self.specs),
@@ -240,8 +240,6 @@ class Judge:
             correction=self.correction,
             gates=self.gates,
         )
-        assert isinstance(verdict, stages.StagedVerdict)
-        return verdict
 
 
 @dataclass
@@ -255,17 +253,17 @@ class StagedTally:
     blocked_by: Counter[str] = field(default_factory=Counter)  # stage not PASS
     failed_elsewhere: int = 0  # a stage other than the slowed one FAILed
 
-    def add(self, verdict: stages.StagedVerdict, trials: float, slowed: str | None = None) -> None:
+    def add(self, verdict: rules.Verdict, trials: float, slowed: str | None = None) -> None:
         self.comparisons += 1
         self.trials += trials
-        self.fail += verdict.verdict == stats.FAIL
-        self.inconclusive += verdict.verdict == stats.INCONCLUSIVE
+        self.fail += verdict.verdict == rules.FAIL
+        self.inconclusive += verdict.verdict == rules.INCONCLUSIVE
         for s in verdict.stages:
-            if s.verdict.verdict != stats.PASS:
+            if s.verdict.verdict != rules.PASS:
                 self.blocked_by[s.stage] += 1
         if slowed is not None:
             self.failed_elsewhere += any(
-                s.verdict.verdict == stats.FAIL for s in verdict.stages if s.stage != slowed
+                s.verdict.verdict == rules.FAIL for s in verdict.stages if s.stage != slowed
             )
 
     @property
@@ -313,7 +311,7 @@ def resampled(
         verdict = judge(base, cand)
         used = plan.trials
         for _round in range(plan.rounds if plan.extra else 0):
-            if verdict.verdict != stats.INCONCLUSIVE:
+            if verdict.verdict != rules.INCONCLUSIVE:
                 break
             cand.append(run(slowdowns, plan.extra))
             used += plan.extra
@@ -330,7 +328,7 @@ def slowed(trial: Mapping[str, Any], factor: float) -> dict[str, Any]:
     metrics: dict[str, Any] = {}
     for name, value in (trial.get("metrics") or {}).items():
         try:
-            scale = factor if stats.direction_of(name) is stats.Direction.HIGHER else 1 / factor
+            scale = factor if rules.direction_of(name) is rules.Direction.HIGHER else 1 / factor
         except ValueError:
             scale = 1.0
         if isinstance(value, Mapping):
@@ -382,7 +380,7 @@ def replay(
 
         take(first, 0)
         verdict = judge(sides["A"], sides["B"])
-        if verdict.verdict == stats.INCONCLUSIVE and more:
+        if verdict.verdict == rules.INCONCLUSIVE and more:
             take(more, len(first))
             verdict = judge(sides["A"], sides["B"])
         per_stage = sum(len(r.get("trials") or []) for r in sides["B"]) / len(
@@ -457,7 +455,7 @@ def replay_pairs(
         sides = ([a], [b])
         verdict = paired_judge(*sides)
         per_stage = float(trials)
-        if verdict.verdict == stats.INCONCLUSIVE and extra:
+        if verdict.verdict == rules.INCONCLUSIVE and extra:
             a2, b2 = measurement(start, 2 * trials, extra, 1)
             verdict = paired_judge([a, a2], [b, b2])
             per_stage += extra
@@ -528,7 +526,7 @@ def spread_table(
     runs: Sequence[Mapping[str, Any]], names: Sequence[str], metrics: Sequence[str], alpha: float
 ) -> list[str]:
     """The run-to-run spread of the recorded runs, per stage and metric, two ways, and the
-    limit it lets A-B-A decide at the stage's alpha (``stats.decidable_limit_pct``).
+    limit it lets A-B-A decide at the stage's alpha (``ranks.decidable_limit_pct``).
 
     ``consecutive``: sd(log(m[i+1] / m[i])) / sqrt(2), the estimate lab/notes/benchmarks.md uses
     ("Runs, not trials"). ``A-B-A``: sd(log m[i+1] - (log m[i] + log m[i+2]) / 2) /
@@ -551,7 +549,7 @@ def spread_table(
             consecutive = 100 * statistics.stdev(steps) / math.sqrt(2) if len(steps) > 1 else 0.0
             contrast = 100 * statistics.stdev(aba) / math.sqrt(1.5) if len(aba) > 1 else 0.0
             limits = ", ".join(
-                f"{stats.decidable_limit_pct(consecutive, k, k_alpha):.1f}%"
+                f"{ranks.decidable_limit_pct(consecutive, k, k_alpha):.1f}%"
                 for k in ((2, 1), (2, 2))
             )
             medians = " ".join(f"{math.exp(v):.4g}" for v in levels)
@@ -604,7 +602,8 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
         f"- Resampling: {args.resample}; trial noise {noise.trial_sigma:.0%} lognormal, "
         f"{noise.hiccup_rate:.0%} heavy-tailed; run level {args.run_noise:g}% per measurement "
         f"run (shared by its stages); seed {args.seed}.",
-        f"- Judge: `benchgate.stages.judge_any` as `benchgate_gate` calls it: {', '.join(metrics)}"
+        f"- Judge: `benchgate.stages.judge_staged` as `benchgate_gate` calls it: "
+        f"{', '.join(metrics)}"
         f", output_tokens_per_s critical, the workload's stage gates, limit {args.limit:g}%, "
         f"run_spread_pct {args.run_spread:g}, alpha {args.alpha:g} split over "
         f"{len(pools.names)} stages ({args.correction}); INCONCLUSIVE blocks.",
@@ -614,10 +613,10 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
     summaries = []
     for text in schedules:
         plan = dq.parse_plan(text, args.alpha)
-        config = stats.GateConfig(
+        config = rules.GateConfig(
             alpha=args.alpha, fail_requires_bound=plan.config.fail_requires_bound, **config_kw
         )
-        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction, gates)
+        judge = Judge(tuple(rules.make_specs(metrics, args.limit)), config, args.correction, gates)
         aa = resampled(
             pools,
             plan,
@@ -651,8 +650,8 @@ def report(args: argparse.Namespace, pools: StagedPools, command: str) -> str:
         summaries.append(f"- {plan.label}, resampled: {verdict_line(aa, found)}.")
     if args.replay:
         runs = [_read(p) for p in args.sources]
-        config = stats.GateConfig(alpha=args.alpha, **config_kw)
-        judge = Judge(tuple(stats.make_specs(metrics, args.limit)), config, args.correction, gates)
+        config = rules.GateConfig(alpha=args.alpha, **config_kw)
+        judge = Judge(tuple(rules.make_specs(metrics, args.limit)), config, args.correction, gates)
         rows = []
         for design in args.replay:
 
@@ -745,8 +744,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="WORKLOAD",
         help="judge every stage with this workload's gate blocks (default: the records' own)",
     )
-    p.add_argument("--metrics", default=",".join(stats.DEFAULT_METRICS))
-    p.add_argument("--alpha", type=float, default=stats.GateConfig.alpha)
+    p.add_argument("--metrics", default=",".join(rules.DEFAULT_METRICS))
+    p.add_argument("--alpha", type=float, default=rules.GateConfig.alpha)
     p.add_argument("--correction", choices=stages.CORRECTIONS, default="bonferroni")
     p.add_argument("--limit", type=float, default=5.0, help="max_regression_pct")
     p.add_argument("--run-spread", type=float, default=0.0, help="run_spread_pct (default 0)")

@@ -8,7 +8,7 @@ they ran (the joins are server restarts, as between a baseline and its
 candidate), picks a random starting trial, and takes the next N trials as the
 baseline and the N (+E per extra round) after them as the candidate,
 wrapping around at the end (a circular block bootstrap with the block as long
-as the whole comparison). Each comparison is judged by ``benchgate.stats``
+as the whole comparison). Each comparison is judged by ``benchgate.rules``
 exactly as ``benchgate_gate`` judges (output tok/s critical, TTFT and TPOT
 medians judged too when the records have them), on the playbook's schedule:
 while INCONCLUSIVE, one more round of E candidate trials.
@@ -48,7 +48,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from benchgate import stats  # noqa: E402
+from benchgate import ranks, rules  # noqa: E402
 
 Trial = dict[str, float]
 
@@ -146,11 +146,11 @@ def replay_design(
 ) -> dict[str, float]:
     """Every window of consecutive runs judged with ``design`` (e.g. ``ABA+B``)."""
     first, _, more = design.partition("+")
-    counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+    counts = {rules.PASS: 0, rules.FAIL: 0, rules.INCONCLUSIVE: 0}
     used = 0
     metrics = [m for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms") if m in runs[0][0]]
-    specs = stats.make_specs(metrics, max_regression_pct=limit)
-    config = stats.GateConfig(run_spread_pct=spread)
+    specs = rules.make_specs(metrics, max_regression_pct=limit)
+    config = rules.GateConfig(run_spread_pct=spread)
     for start in range(len(runs)):
         sides: dict[str, list[tuple[int, Trial]]] = {"A": [], "B": []}
 
@@ -167,7 +167,7 @@ def replay_design(
                 sides[letter] += [(label, slowed(t, f)) for t in run]
 
         def verdict(sides: dict[str, list[tuple[int, Trial]]]) -> str:
-            return stats.judge(
+            return rules.judge(
                 {m: [t[m] for _, t in sides["A"]] for m in metrics},
                 {m: [t[m] for _, t in sides["B"]] for m in metrics},
                 specs,
@@ -179,7 +179,7 @@ def replay_design(
         take(first, 0, sides)
         result = verdict(sides)
         runs_used = len(first)
-        if result == stats.INCONCLUSIVE and more:
+        if result == rules.INCONCLUSIVE and more:
             take(more, len(first), sides)
             result = verdict(sides)
             runs_used += len(more)
@@ -187,9 +187,9 @@ def replay_design(
         used += runs_used
     total = len(runs)
     return {
-        "fail_pct": 100 * counts[stats.FAIL] / total,
-        "inconclusive_pct": 100 * counts[stats.INCONCLUSIVE] / total,
-        "blocked_pct": 100 * (counts[stats.FAIL] + counts[stats.INCONCLUSIVE]) / total,
+        "fail_pct": 100 * counts[rules.FAIL] / total,
+        "inconclusive_pct": 100 * counts[rules.INCONCLUSIVE] / total,
+        "blocked_pct": 100 * (counts[rules.FAIL] + counts[rules.INCONCLUSIVE]) / total,
         "runs": used / total,
     }
 
@@ -208,13 +208,13 @@ def judge(
 ) -> str:
     """The gate's verdict; ``runs``: the measurement run of each trial of each side."""
     metrics = [m for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms") if m in base[0]]
-    specs = stats.make_specs(metrics, max_regression_pct=limit)
+    specs = rules.make_specs(metrics, max_regression_pct=limit)
     base_runs, cand_runs = runs or (None, None)
-    return stats.judge(
+    return rules.judge(
         {m: [t[m] for t in base] for m in metrics},
         {m: [t[m] for t in cand] for m in metrics},
         specs,
-        stats.GateConfig(set_aside_slowest=aside),
+        rules.GateConfig(set_aside_slowest=aside),
         baseline_runs=base_runs,
         candidate_runs=cand_runs,
     ).verdict
@@ -231,7 +231,7 @@ def replay(
     comparisons: int,
     rng: random.Random,
 ) -> dict[str, float]:
-    counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+    counts = {rules.PASS: 0, rules.FAIL: 0, rules.INCONCLUSIVE: 0}
     trials = 0
     size = len(seq)
     for _ in range(comparisons):
@@ -248,7 +248,7 @@ def replay(
             runs[0].extend([1] * n)
         verdict = judge(base, cand, limit, aside, runs)
         used = n
-        if verdict == stats.INCONCLUSIVE and extra > 0:
+        if verdict == rules.INCONCLUSIVE and extra > 0:
             cand += [slowed(t, factor) for t in window((3 if aba else 2) * n, extra)]
             runs[1].extend([1] * extra)
             verdict = judge(base, cand, limit, aside, runs)
@@ -257,10 +257,10 @@ def replay(
         trials += used
     total = comparisons
     return {
-        "pass_pct": 100 * counts[stats.PASS] / total,
-        "fail_pct": 100 * counts[stats.FAIL] / total,
-        "inconclusive_pct": 100 * counts[stats.INCONCLUSIVE] / total,
-        "blocked_pct": 100 * (counts[stats.FAIL] + counts[stats.INCONCLUSIVE]) / total,
+        "pass_pct": 100 * counts[rules.PASS] / total,
+        "fail_pct": 100 * counts[rules.FAIL] / total,
+        "inconclusive_pct": 100 * counts[rules.INCONCLUSIVE] / total,
+        "blocked_pct": 100 * (counts[rules.FAIL] + counts[rules.INCONCLUSIVE]) / total,
         "candidate_trials": trials / total,
     }
 
@@ -294,19 +294,19 @@ def rejudge(
     for label in sorted(set(labels)):
         chosen = [g for g, lab in zip(groups, labels, strict=False) if lab == label]
         for aside in sorted({sch[2] for sch in schedules}):
-            counts = {stats.PASS: 0, stats.FAIL: 0, stats.INCONCLUSIVE: 0}
+            counts = {rules.PASS: 0, rules.FAIL: 0, rules.INCONCLUSIVE: 0}
             for g in chosen:
                 if "candidate" not in g:
                     continue
                 verdict = judge(g["baseline"], g["candidate"], limit, aside)
                 more = g.get("candidate-more")
-                if verdict == stats.INCONCLUSIVE and more:
+                if verdict == rules.INCONCLUSIVE and more:
                     runs = ([0] * len(g["baseline"]), [0] * len(g["candidate"]) + [1] * len(more))
                     verdict = judge(g["baseline"], g["candidate"] + more, limit, aside, runs)
                 counts[verdict] += 1
             print(
-                f"| {label} ({len(chosen)}) | {aside:.0%} | {counts[stats.PASS]} | "
-                f"{counts[stats.FAIL]} | {counts[stats.INCONCLUSIVE]} |"
+                f"| {label} ({len(chosen)}) | {aside:.0%} | {counts[rules.PASS]} | "
+                f"{counts[rules.FAIL]} | {counts[rules.INCONCLUSIVE]} |"
             )
 
 
@@ -361,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 aa = replay_design(runs, design, 1.0, args.limit, spread)
                 reg = replay_design(runs, design, slow, args.limit, spread)
                 print(
-                    f"| {design} | {spread:g}% | {stats.decidable_limit_pct(spread, k):.1f}% "
+                    f"| {design} | {spread:g}% | {ranks.decidable_limit_pct(spread, k):.1f}% "
                     f"| **{aa['blocked_pct']:.1f}%** ({aa['fail_pct']:.1f}%, "
                     f"{aa['inconclusive_pct']:.1f}%) | **{reg['blocked_pct']:.1f}%** "
                     f"| {aa['runs']:.2f} |"

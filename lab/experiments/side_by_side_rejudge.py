@@ -4,8 +4,9 @@ Every run of ``playbooks/upgrade.yml`` with ``benchgate_side_by_side`` leaves
 ``side-by-side.json`` and ``side-by-side-reference.json`` (and, after an
 INCONCLUSIVE first verdict, ``candidate-more.json`` and its reference) in
 ``artifacts/<run>/<host>/``. This judges each such folder with the gate
-module's own function: as the role does (pairs: Wilcoxon signed-rank on
-trial i of each side, no run-to-run spread), and as two independent samples
+(``benchgate.gate.run_gate``, which the module calls): as the role does
+(pairs: Wilcoxon signed-rank on trial i of each side, no run-to-run spread),
+and as two independent samples
 with no run-to-run spread and with ``--run-spread``; each with the first
 measurement only and with the extra trials. One line per folder and way:
 
@@ -17,28 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from _load import load_file  # noqa: E402
-
-GATE = load_file(ROOT / "plugins/modules/benchgate_gate.py", "benchgate_gate")
+from benchgate.gate import run_gate
 
 
-def _params(baseline: Any, candidate: Any, limit: float, spread: float) -> dict[str, Any]:
-    defaults = {name: spec.get("default") for name, spec in GATE.ARGUMENT_SPEC.items()}
-    return {
-        **defaults,
-        "baseline": baseline,
-        "candidate": candidate,
-        "max_regression_pct": limit,
-        "run_spread_pct": spread,
-        "ledger": None,
-    }
+def _judge(baseline: Any, candidate: Any, limit: float, spread: float) -> dict[str, Any]:
+    """The gate's result, with the module's defaults and no ledger."""
+    return run_gate(baseline, candidate, max_regression_pct=limit, run_spread_pct=spread).result()
 
 
 def _load(folder: Path, name: str) -> dict[str, Any]:
@@ -80,17 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         for label, n in (("first", 1), ("+more", len(cand))):
             if label == "+more" and n == 1:
                 continue
-            paired = GATE.gate(_params(ref[:n], cand[:n], args.limit, args.run_spread), False)
+            paired = _judge(ref[:n], cand[:n], args.limit, args.run_spread)
             print(f"{folder}  {label:<6} pairs                 {_line(paired)}")
             for spread in (0.0, args.run_spread):
-                apart = GATE.gate(
-                    _params(
-                        [_strip(r) for r in ref[:n]],
-                        [_strip(c) for c in cand[:n]],
-                        args.limit,
-                        spread,
-                    ),
-                    False,
+                apart = _judge(
+                    [_strip(r) for r in ref[:n]], [_strip(c) for c in cand[:n]], args.limit, spread
                 )
                 print(f"{folder}  {label:<6} two samples, {spread:g}% run spread {_line(apart)}")
     return 0

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from _load import load_file
-from benchgate import stages, stats
+from benchgate import ranks, rules, stages
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "lab" / "experiments" / "gate_decision_quality_staged.py"
@@ -42,7 +42,7 @@ def quiet_pools(mod: Any) -> Any:
 
 
 def judge(mod: Any, limit: float = 5.0) -> Any:
-    return mod.Judge(tuple(stats.make_specs(None, limit)), stats.GateConfig())
+    return mod.Judge(tuple(rules.make_specs(None, limit)), rules.GateConfig())
 
 
 def test_a_regression_in_one_stage_is_detected_far_more_often_than_aa_blocks(mod):
@@ -59,22 +59,22 @@ def test_a_regression_in_one_stage_is_detected_far_more_often_than_aa_blocks(mod
     assert aa.comparisons == 30
 
 
-def _verdict(per_stage: dict[str, str]) -> stages.StagedVerdict:
+def _verdict(per_stage: dict[str, str]) -> rules.Verdict:
     out = [
-        stages.StageVerdict(name, stats.Verdict(v, [], []), 0.025) for name, v in per_stage.items()
+        rules.Stage(name, rules.Verdict(v, [], [], 0.025), 0.025) for name, v in per_stage.items()
     ]
-    worst = stats.FAIL if stats.FAIL in per_stage.values() else stats.INCONCLUSIVE
-    if all(v == stats.PASS for v in per_stage.values()):
-        worst = stats.PASS
-    return stages.StagedVerdict(worst, [], out)
+    worst = rules.FAIL if rules.FAIL in per_stage.values() else rules.INCONCLUSIVE
+    if all(v == rules.PASS for v in per_stage.values()):
+        worst = rules.PASS
+    return rules.Verdict(worst, [], stages=out)
 
 
 def test_the_aa_rate_counts_the_whole_staged_verdict_not_each_stage(mod):
     tally = mod.StagedTally()
-    tally.add(_verdict({"single": stats.FAIL, "busy": stats.PASS}), 6)
-    tally.add(_verdict({"single": stats.PASS, "busy": stats.INCONCLUSIVE}), 12)
-    tally.add(_verdict({"single": stats.INCONCLUSIVE, "busy": stats.FAIL}), 6)
-    tally.add(_verdict({"single": stats.PASS, "busy": stats.PASS}), 6)
+    tally.add(_verdict({"single": rules.FAIL, "busy": rules.PASS}), 6)
+    tally.add(_verdict({"single": rules.PASS, "busy": rules.INCONCLUSIVE}), 12)
+    tally.add(_verdict({"single": rules.INCONCLUSIVE, "busy": rules.FAIL}), 6)
+    tally.add(_verdict({"single": rules.PASS, "busy": rules.PASS}), 6)
     # 3 of 4 comparisons blocked the host, though each stage blocked only 2 of 4.
     assert (tally.blocked, tally.comparisons) == (3, 4)
     assert (tally.fail, tally.inconclusive) == (2, 1)
@@ -84,9 +84,9 @@ def test_the_aa_rate_counts_the_whole_staged_verdict_not_each_stage(mod):
 
 def test_failed_elsewhere_counts_fails_of_the_stages_not_slowed(mod):
     tally = mod.StagedTally()
-    tally.add(_verdict({"single": stats.FAIL, "busy": stats.PASS}), 6, "single")
-    tally.add(_verdict({"single": stats.FAIL, "busy": stats.FAIL}), 6, "single")
-    tally.add(_verdict({"single": stats.PASS, "busy": stats.INCONCLUSIVE}), 6, "single")
+    tally.add(_verdict({"single": rules.FAIL, "busy": rules.PASS}), 6, "single")
+    tally.add(_verdict({"single": rules.FAIL, "busy": rules.FAIL}), 6, "single")
+    tally.add(_verdict({"single": rules.PASS, "busy": rules.INCONCLUSIVE}), 6, "single")
     assert tally.failed_elsewhere == 1
 
 
@@ -247,7 +247,7 @@ def test_the_spread_table_measures_each_stage_from_its_run_medians(mod):
     assert busy[3] == "0.0%" and busy[4] == "0.0%"  # a steady drift: no spread either way
     steps = [math.log(1.05 / 0.95) * (1 if i % 2 == 0 else -1) for i in range(7)]
     spread = 100 * statistics.stdev(steps) / math.sqrt(2)
-    two_one = stats.decidable_limit_pct(spread, (2, 1), 0.025)  # alpha 0.05 over two stages
+    two_one = ranks.decidable_limit_pct(spread, (2, 1), 0.025)  # alpha 0.05 over two stages
     assert single[5].startswith(f"{two_one:.1f}%, ")
     assert two_one > 30  # a 7.6% spread leaves nothing a 12% limit could decide
 
@@ -263,8 +263,8 @@ def test_gates_from_a_workload_replace_the_ones_the_records_carry(mod):
     run = mod.measure(pools, 6, random.Random(0), mod.dq.Noise(0.0, 0.0), 0.0, {}, False)
     for stage in run["workload"]["params"]["stages"]:
         stage.pop("gate", None)
-    plain = mod.Judge(tuple(stats.make_specs(None, 12.0)), stats.GateConfig())
-    with_gates = mod.Judge(tuple(stats.make_specs(None, 12.0)), stats.GateConfig(), gates=gates)
+    plain = mod.Judge(tuple(rules.make_specs(None, 12.0)), rules.GateConfig())
+    with_gates = mod.Judge(tuple(rules.make_specs(None, 12.0)), rules.GateConfig(), gates=gates)
     assert plain([run], [run]).stage("busy").verdict.metric("ttft_ms").max_regression_pct == 12.0
     busy = with_gates([run], [run]).stage("busy").verdict
     assert busy.metric("ttft_ms").max_regression_pct == 20.0

@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 
 from _load import load_file
-from benchgate import stats
-from benchgate.stats import FAIL, PASS, GateConfig, MetricSpec
+from benchgate import rules
+from benchgate.rules import FAIL, PASS, GateConfig, MetricSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "lab" / "experiments" / "gate_decision_quality.py"
@@ -41,10 +41,10 @@ def playbook_verdict(
     """N+N trials, then (INCONCLUSIVE) E more candidate trials once, as upgrade.yml runs it."""
     base = noisy(rng, trials, 400.0)
     cand = noisy(rng, trials, center)
-    verdict = stats.judge_metric(TPUT, base, cand, config).verdict
-    if stats.needs_more_trials(verdict, trials, trials + extra):
+    verdict = rules.judge_metric(TPUT, base, cand, config).verdict
+    if rules.needs_more_trials(verdict, trials, trials + extra):
         cand += noisy(rng, extra, center)
-        verdict = stats.judge_metric(TPUT, base, cand, config).verdict
+        verdict = rules.judge_metric(TPUT, base, cand, config).verdict
     return verdict
 
 
@@ -150,7 +150,7 @@ def test_a_b_a_cancels_a_steady_drift(gdq: ModuleType) -> None:
     # Identical releases on a machine 6% slower per measurement run: A-B
     # blocks nearly all of them, A-B-A (benchgate_interleave) few.
     pool = gdq.pool_from_results([REAL_POOL], None)
-    setup = gdq.Setup(gdq.Noise(0.0, 0.0), False, 5.0, tuple(stats.DEFAULT_METRICS), 0.06)
+    setup = gdq.Setup(gdq.Noise(0.0, 0.0), False, 5.0, tuple(rules.DEFAULT_METRICS), 0.06)
     ab, aba = gdq.parse_plan("16+16", 0.05), gdq.parse_plan("16+16:aba", 0.05)
     assert aba.aba and aba.label == "gate 16+16+16 A-B-A, +16 cand., FAIL on bound"
     _, ab_tally = gdq.run_scenario(pool, 0.0, 40, ab, setup, seed=0)
@@ -172,11 +172,11 @@ def _aba_b(rng: random.Random, center: float, spread: float) -> str:
     cfg = GateConfig(run_spread_pct=spread)
     base, cand = run(400.0) + run(400.0), run(center)
     b_runs, c_runs = [0] * 16 + [1] * 16, [0] * 16
-    verdict = stats.judge_metric(spec, base, cand, cfg, baseline_runs=b_runs, candidate_runs=c_runs)
-    if verdict.verdict == stats.INCONCLUSIVE:
+    verdict = rules.judge_metric(spec, base, cand, cfg, baseline_runs=b_runs, candidate_runs=c_runs)
+    if verdict.verdict == rules.INCONCLUSIVE:
         cand += run(center)
         c_runs += [1] * 16
-        verdict = stats.judge_metric(
+        verdict = rules.judge_metric(
             spec, base, cand, cfg, baseline_runs=b_runs, candidate_runs=c_runs
         )
     return verdict.verdict

@@ -2,7 +2,7 @@
 # Apache-2.0
 """The smallest limit the gate can decide on a host, for preflight's warning.
 
-The logic lives in ``benchgate.stats.decidable_limit_pct``; this filter adds
+The logic lives in ``benchgate.ranks.decidable_limit_pct``; this filter adds
 the gate's schedule (runs per side) and its stages (alpha split over them).
 Documented in gate_decidable_limit.yml beside this file.
 """
@@ -23,7 +23,7 @@ def gate_decidable_limit(
 ) -> float:
     """Run spread (%) -> the limit (%) identical releases pass with probability 1 - alpha/stages."""
     try:
-        from benchgate import stats
+        from benchgate import ranks
     except ImportError as exc:  # pragma: no cover - depends on the controller
         raise AnsibleFilterError(
             f"gate_decidable_limit needs the benchgate package in the controller's Python: {exc}"
@@ -39,7 +39,7 @@ def gate_decidable_limit(
         raise AnsibleFilterError(
             "gate_decidable_limit expects a spread >= 0, at least one run a side and 0 < alpha < 1"
         )
-    return round(stats.decidable_limit_pct(spread, runs, level / n_stages), 1)
+    return round(ranks.decidable_limit_pct(spread, runs, level / n_stages), 1)
 
 
 class FilterModule:

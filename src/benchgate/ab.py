@@ -43,7 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import numfmt, serve, stages, stats
+from . import numfmt, ranks, serve, stages, table
+from .samples import clean_samples, count_trials, samples_from_result
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
@@ -203,7 +204,7 @@ def _outcome(arm: Arm, result: Mapping[str, Any] | None, objective: str) -> ArmO
     out = ArmOutcome(name=arm.name, config=dict(arm.config))
     if not result:
         return out
-    out.valid_trials, _ = stats.count_trials(result)
+    out.valid_trials, _ = count_trials(result)
     out.objective_median = _median_metric(result, objective)
     out.output_tokens_per_s = _median_metric(result, "output_tokens_per_s")
     out.ttft_ms = _median_metric(result, "ttft_ms.median")
@@ -224,7 +225,7 @@ def _versus_off(outcome: ArmOutcome, alpha: float) -> str:
     if outcome.gain_lo_pct is None or outcome.gain_hi_pct is None:
         return text
     return (
-        f"{text} ({stats.interval_pct(alpha)}% interval {numfmt.change_words(outcome.gain_lo_pct)}"
+        f"{text} ({table.interval_pct(alpha)}% interval {numfmt.change_words(outcome.gain_lo_pct)}"
         f" to {numfmt.change_words(outcome.gain_hi_pct)})"
     )
 
@@ -246,8 +247,8 @@ def choose(
     samples: dict[str, list[float]] = {}
     for arm in arms:
         measured = results.get(arm.name)
-        values = stats.samples_from_result(measured, objective) if measured else []
-        samples[arm.name] = stats.clean_samples(values)[0]
+        values = samples_from_result(measured, objective) if measured else []
+        samples[arm.name] = clean_samples(values)[0]
     for name, outcome in outcomes.items():
         if name in errors:
             outcome.status, outcome.note = "failed", errors[name]
@@ -286,7 +287,7 @@ def choose(
         if arm.name == OFF:
             continue
         outcome = outcomes[arm.name]
-        shift = stats.hodges_lehmann(samples[OFF], samples[arm.name], alpha=alpha)
+        shift = ranks.hodges_lehmann(samples[OFF], samples[arm.name], alpha=alpha)
         outcome.gain_pct = shift.change * 100.0
         outcome.gain_lo_pct = shift.change_lo * 100.0
         outcome.gain_hi_pct = shift.change_hi * 100.0
@@ -348,7 +349,7 @@ def render_table(choice: Choice) -> str:
     One story per arm: the medians are labelled as such, and "vs off" is the
     estimate that the choice judges, with its interval, better or worse.
     """
-    level = stats.interval_pct(choice.alpha)
+    level = table.interval_pct(choice.alpha)
     positions = max((len(a.per_position_acceptance) for a in choice.arms), default=0)
     header = ["arm", "median tok/s", "TTFT ms", "TPOT ms", "accept", "len"]
     header += [f"pos{i}" for i in range(positions)]
@@ -726,7 +727,7 @@ _STAGE_STATUS = {"winner": "faster", "beaten": "faster"}
 def render_staged_table(choice: StagedChoice) -> str:
     """Every arm at every stage: medians, the change against off, the outcome there."""
     alpha = choice.stages[0].alpha if choice.stages else 0.0
-    level = stats.interval_pct(alpha)
+    level = table.interval_pct(alpha)
     header = [
         "stage",
         "arm",
@@ -756,7 +757,7 @@ def render_staged_table(choice: StagedChoice) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     loads = "; ".join(
-        f"{s.stage}: {stages.load_words(s.params) or 'load not recorded'}" for s in choice.stages
+        f"{s.stage}: {table.load_words(s.params) or 'load not recorded'}" for s in choice.stages
     )
     default = " (the default)" if choice.rule == DEFAULT_RULE else ""
     lines += [

@@ -225,7 +225,7 @@ def _print_result(result: Any, console: Any) -> None:
     for t in result.trials:
         if not t.valid:
             console.print(f"[red]trial {t.index} invalid[/]: {t.invalid_reason}")
-    from .stages import load_words
+    from .table import load_words
 
     # A staged result has one summary per stage: the stages' figures together mean nothing.
     summaries = (

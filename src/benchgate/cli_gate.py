@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from . import ledger, stages, stats
+from . import gate, ledger, rules, stages
 
-EXIT_CODES = {stats.PASS: 0, stats.FAIL: 1, stats.INCONCLUSIVE: 2}
+EXIT_CODES = {rules.PASS: 0, rules.FAIL: 1, rules.INCONCLUSIVE: 2}
 EXIT_BAD_INPUT = 3
 
 
@@ -65,28 +65,6 @@ def _split_metrics(values: Sequence[str] | None) -> list[str] | None:
     return out
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[list[stats.MetricSpec], stats.GateConfig]:
-    try:
-        specs = stats.make_specs(
-            metrics=_split_metrics(args.metric),
-            max_regression_pct=args.max_regression_pct,
-            thresholds=dict(args.threshold or []),
-            critical=_split_metrics(args.critical),
-        )
-        config = stats.GateConfig(
-            alpha=args.alpha,
-            min_trials=args.min_trials,
-            noncritical_fail=args.noncritical,
-            fail_requires_bound=args.fail_requires_bound,
-            latency_stat=args.latency_stat,
-            set_aside_slowest=args.set_aside_slowest,
-            run_spread_pct=args.run_spread_pct,
-        )
-    except ValueError as exc:
-        raise InputError(str(exc)) from exc
-    return specs, config
-
-
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -103,28 +81,28 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 @_guard
 def cmd_judge(args: argparse.Namespace) -> int:
     """Judge candidate vs baseline; print the table; exit with the verdict."""
-    baseline = load_json(args.baseline)
-    candidate = load_json(args.candidate)
-    specs, config = config_from_args(args)
-    # Two halves of one side-by-side measurement are judged as pairs.
-    config = stats.config_for(config, [baseline], [candidate])
-    verdict = stages.judge_any(
-        baseline,
-        candidate,
-        specs,
-        config,
+    judged = gate.run_gate(
+        load_json(args.baseline),
+        load_json(args.candidate),
+        metrics=_split_metrics(args.metric),
+        max_regression_pct=args.max_regression_pct,
+        thresholds=dict(args.threshold or []),
+        critical_metrics=_split_metrics(args.critical),
+        noncritical_fail=args.noncritical,
+        alpha=args.alpha,
+        min_trials=args.min_trials,
+        latency_stat=args.latency_stat,
+        fail_requires_bound=args.fail_requires_bound,
+        set_aside_slowest=args.set_aside_slowest,
+        run_spread_pct=args.run_spread_pct,
         correction=args.stage_correction,
         default_limit=args.max_regression_pct,
     )
+    verdict = judged.verdict
     data = verdict.to_dict()
     if args.output:
         Path(args.output).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    elif isinstance(verdict, stages.StagedVerdict):
-        print(stages.render_table(verdict))
-    else:
-        print(stats.render_table(verdict, config.alpha))
+    print(json.dumps(data, indent=2) if args.json else judged.table)
     return EXIT_CODES[verdict.verdict]
 
 
@@ -219,14 +197,14 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--max-regression-pct",
         type=float,
-        default=stats.DEFAULT_MAX_REGRESSION_PCT,
+        default=rules.DEFAULT_MAX_REGRESSION_PCT,
         help="largest tolerated regression in percent (default: %(default)s)",
     )
     p.add_argument(
         "--metric",
         action="append",
         help="metric to judge; repeat or comma-separate "
-        f"(default: {', '.join(stats.DEFAULT_METRICS)})",
+        f"(default: {', '.join(rules.DEFAULT_METRICS)})",
     )
     p.add_argument(
         "--threshold",
@@ -238,7 +216,7 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--critical",
         action="append",
-        help=f"critical metric (repeatable; default: {', '.join(stats.DEFAULT_CRITICAL)})",
+        help=f"critical metric (repeatable; default: {', '.join(rules.DEFAULT_CRITICAL)})",
     )
     p.add_argument(
         "--noncritical",
@@ -249,7 +227,7 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--alpha",
         type=float,
-        default=stats.GateConfig.alpha,
+        default=rules.GateConfig.alpha,
         help="significance (default: %(default)s)",
     )
     p.add_argument(
@@ -262,10 +240,10 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--min-trials",
         type=int,
-        default=stats.GateConfig.min_trials,
+        default=rules.GateConfig.min_trials,
         help="valid trials per side (default: %(default)s)",
     )
-    p.add_argument("--latency-stat", choices=stats.LATENCY_STATS, default="median")
+    p.add_argument("--latency-stat", choices=rules.LATENCY_STATS, default="median")
     p.add_argument(
         "--fail-requires-bound",
         action=argparse.BooleanOptionalAction,
@@ -276,13 +254,13 @@ def _add_judge(subparsers: Any) -> None:
     p.add_argument(
         "--set-aside-slowest",
         type=float,
-        default=stats.GateConfig.set_aside_slowest,
+        default=rules.GateConfig.set_aside_slowest,
         help="share of each side's trials set aside at the slow end (default: %(default)s)",
     )
     p.add_argument(
         "--run-spread-pct",
         type=float,
-        default=stats.GateConfig.run_spread_pct,
+        default=rules.GateConfig.run_spread_pct,
         help="standard deviation of a measurement run's level on the host, percent; widens "
         "the interval by it, less with more runs per side (default: %(default)s)",
     )

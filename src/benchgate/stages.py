@@ -5,7 +5,7 @@ measures several load points in one result: every trial carries its
 ``stage`` and the result a ``stages`` block (each stage's load and summary).
 Nothing here changes how one comparison is judged: each stage's trials are
 cut out as an ordinary result (:func:`split_result`) and handed to
-:func:`benchgate.stats.judge_results`, the same judge an unstaged workload
+:func:`benchgate.rules.judge_results`, the same judge an unstaged workload
 gets. What this module adds is the verdict over the stages.
 
 Rule
@@ -31,7 +31,7 @@ stages run on the same server, so their noise is correlated; Bonferroni needs
 no independence). Symmetrically, the ``k`` upper bounds hold together with
 probability at least ``1 - alpha``, so a regression beyond the limit at any
 stage is passed with probability at most ``alpha``. Within a stage the
-metrics are treated as :mod:`benchgate.stats` treats them (no split: the
+metrics are treated as :mod:`benchgate.rules` treats them (no split: the
 bound rule already keeps false FAILs far below ``alpha``; see "Re-runs and
 false blocks" there). The price is wider intervals: more INCONCLUSIVE at the
 same trials, and a floor on the trials per stage (at ``alpha/k = 0.025``,
@@ -44,11 +44,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from . import stats
 from .results import summarize_dicts
+from .rules import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    GateConfig,
+    MetricSpec,
+    Stage,
+    Verdict,
+    direction_of,
+    judge_results,
+    make_specs,
+)
+from .samples import merge_results
 
 CORRECTIONS = ("bonferroni", "none")
 
@@ -116,13 +128,13 @@ def split_result(result: Mapping[str, Any]) -> dict[str | None, dict[str, Any]]:
 
 
 def merge_staged(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """:func:`benchgate.stats.merge_results`, with the ``stages`` block redone.
+    """:func:`benchgate.samples.merge_results`, with the ``stages`` block redone.
 
     The trials keep their stage; each stage's summary is recomputed from the
     merged trials (``merge_results`` leaves the first result's). For unstaged
     results this is ``merge_results`` itself.
     """
-    merged = stats.merge_results(results)
+    merged = merge_results(results)
     if not merged.get("stages"):
         return merged
     trials = _trial_dicts(merged)
@@ -157,10 +169,10 @@ def stage_gates(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def stage_specs(
-    specs: Sequence[stats.MetricSpec],
+    specs: Sequence[MetricSpec],
     gate: Mapping[str, Any] | None,
     default_limit: float = 5.0,
-) -> list[stats.MetricSpec]:
+) -> list[MetricSpec]:
     """The metric specs of a stage: ``specs`` with the stage's ``gate`` applied.
 
     ``gate`` (the stage's block in the workload): ``metrics`` replaces the
@@ -180,7 +192,7 @@ def stage_specs(
         if extra not in names:
             names.append(extra)
     critical_set = set(critical) if critical is not None else {s.name for s in specs if s.critical}
-    out: list[stats.MetricSpec] = []
+    out: list[MetricSpec] = []
     for name in names:
         base = by_name.get(name)
         if name in thresholds:
@@ -189,82 +201,28 @@ def stage_specs(
             limit = float(gate["max_regression_pct"])
         else:
             limit = base.max_regression_pct if base is not None else float(default_limit)
-        direction = base.resolved_direction() if base is not None else stats.direction_of(name)
-        out.append(stats.MetricSpec(name, limit, direction, name in critical_set))
+        direction = base.resolved_direction() if base is not None else direction_of(name)
+        out.append(MetricSpec(name, limit, direction, name in critical_set))
     return out
 
 
-@dataclass(frozen=True)
-class StageVerdict:
-    """One stage's verdict and the settings it was judged with."""
-
-    stage: str
-    verdict: stats.Verdict
-    alpha: float
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "alpha": self.alpha, "params": self.params} | (
-            self.verdict.to_dict()
-        )
-
-
-@dataclass(frozen=True)
-class StagedVerdict:
-    """The verdict over every stage (rule in the module docstring)."""
-
-    verdict: str
-    reasons: list[str]
-    stages: list[StageVerdict]
-    warnings: list[str] = field(default_factory=list)
-    alpha: float = 0.05
-    correction: str = "bonferroni"
-    schema: str = "benchgate.staged_verdict/1"
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == stats.PASS
-
-    def stage(self, name: str) -> StageVerdict:
-        for s in self.stages:
-            if s.stage == name:
-                return s
-        raise KeyError(name)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form; ``metrics`` lists every stage's metrics, each with its ``stage``."""
-        return {
-            "schema": self.schema,
-            "verdict": self.verdict,
-            "passed": self.passed,
-            "reasons": list(self.reasons),
-            "warnings": list(self.warnings),
-            "alpha": self.alpha,
-            "correction": self.correction,
-            "stages": [s.to_dict() for s in self.stages],
-            "metrics": [
-                {"stage": s.stage, **m.to_dict()} for s in self.stages for m in s.verdict.metrics
-            ],
-        }
-
-
 def _worst(verdicts: Sequence[str]) -> str:
-    for name in (stats.FAIL, stats.INCONCLUSIVE):
+    for name in (FAIL, INCONCLUSIVE):
         if name in verdicts:
             return name
-    return stats.PASS if verdicts else stats.INCONCLUSIVE
+    return PASS if verdicts else INCONCLUSIVE
 
 
 def judge_staged(
     baseline: Mapping[str, Any],
     candidate: Mapping[str, Any],
-    specs: Sequence[stats.MetricSpec] | None = None,
-    config: stats.GateConfig | None = None,
+    specs: Sequence[MetricSpec] | None = None,
+    config: GateConfig | None = None,
     *,
     gates: Mapping[str, Mapping[str, Any]] | None = None,
     correction: str = "bonferroni",
     default_limit: float = 5.0,
-) -> StagedVerdict:
+) -> Verdict:
     """Judge every stage of two staged results; the host passes when all pass.
 
     ``specs`` and ``config`` are the judge's settings for every stage;
@@ -274,8 +232,8 @@ def judge_staged(
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
-    cfg = config or stats.GateConfig()
-    base_specs = list(specs) if specs is not None else stats.make_specs()
+    cfg = config or GateConfig()
+    base_specs = list(specs) if specs is not None else make_specs()
     if is_staged(baseline) != is_staged(candidate):
         which, staged = ("baseline", baseline) if is_staged(baseline) else ("candidate", candidate)
         raise ValueError(
@@ -286,7 +244,7 @@ def judge_staged(
     names = list(c_parts) + [n for n in b_parts if n not in c_parts]
     all_gates = {**stage_gates(baseline), **stage_gates(candidate), **dict(gates or {})}
     alpha = cfg.alpha / len(names) if correction == "bonferroni" else cfg.alpha
-    out: list[StageVerdict] = []
+    out: list[Stage] = []
     for name in names:
         label = name or "all"
         gate = all_gates.get(name) if name is not None else None
@@ -303,10 +261,10 @@ def judge_staged(
         if name not in b_parts or name not in c_parts:
             side = "baseline" if name not in b_parts else "candidate"
             why = f"not measured on the {side}, so it cannot pass"
-            verdict = stats.Verdict(stats.INCONCLUSIVE, [why], [])
+            verdict = Verdict(INCONCLUSIVE, [why], [], alpha=alpha)
         else:
-            verdict = stats.judge_results(b_parts[name], c_parts[name], specs_here, cfg_here)
-        out.append(StageVerdict(label, verdict, alpha, params))
+            verdict = judge_results(b_parts[name], c_parts[name], specs_here, cfg_here)
+        out.append(Stage(label, verdict, alpha, params))
     overall = _worst([s.verdict.verdict for s in out])
     reasons = [
         f"stage {s.stage}: {reason}"
@@ -315,50 +273,5 @@ def judge_staged(
         for reason in s.verdict.reasons
     ]
     warnings = [f"stage {s.stage}: {w}" for s in out for w in s.verdict.warnings]
-    return StagedVerdict(overall, reasons, out, warnings, cfg.alpha, correction)
-
-
-def judge_any(
-    baseline: Mapping[str, Any],
-    candidate: Mapping[str, Any],
-    specs: Sequence[stats.MetricSpec] | None = None,
-    config: stats.GateConfig | None = None,
-    **staged: Any,
-) -> stats.Verdict | StagedVerdict:
-    """:func:`judge_staged` when either result is staged, else ``stats.judge_results``
-    (unchanged: an unstaged comparison is judged exactly as before stages)."""
-    if is_staged(baseline) or is_staged(candidate):
-        return judge_staged(baseline, candidate, specs, config, **staged)
-    return stats.judge_results(baseline, candidate, specs, config)
-
-
-def load_words(params: Mapping[str, Any]) -> str:
-    """A stage's load in words ("concurrency 4", "2 req/s, concurrency 16"); "" if unknown."""
-    if not params:
-        return ""
-    load = f"concurrency {params.get('concurrency')}"
-    if params.get("request_rate"):
-        load = f"{params['request_rate']:g} req/s, {load}"
-    return load
-
-
-def render_table(verdict: StagedVerdict) -> str:
-    """Each stage's table (``stats.render_table``) under its heading, then the overall verdict."""
-    blocks: list[str] = []
-    for s in verdict.stages:
-        load = load_words(s.params)
-        heading = f"== stage {s.stage}" + (f" ({load})" if load else "")
-        heading += f": {s.verdict.verdict}, judged at alpha {s.alpha:.3g} =="
-        blocks.append(heading + "\n" + stats.render_table(s.verdict, s.alpha))
-    split = (
-        f"alpha {verdict.alpha:g} split over {len(verdict.stages)} stages (Bonferroni)"
-        if verdict.correction == "bonferroni"
-        else f"every stage at alpha {verdict.alpha:g} (no correction)"
-    )
-    summary = [
-        f"staged verdict: {verdict.verdict} (every stage must pass; {split})",
-        *(f"  {s.stage}: {s.verdict.verdict}" for s in verdict.stages),
-        *(f"  - {r}" for r in verdict.reasons),
-        *(f"  ! {w}" for w in verdict.warnings),
-    ]
-    return "\n\n".join([*blocks, "\n".join(summary)])
+    metrics = [replace(m, stage=s.stage) for s in out for m in s.verdict.metrics]
+    return Verdict(overall, reasons, metrics, warnings, cfg.alpha, out, correction)

@@ -70,7 +70,7 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 STAGE_KEYS = (*OVERRIDABLE, "burstiness", "max_error_rate")
 # Keys of a stage's ``gate`` block (read by benchgate.stages, not hashed).
 STAGE_GATE_KEYS = ("max_regression_pct", "metrics", "critical", "thresholds", "latency_stat")
-# Same as benchgate.stats.LATENCY_STATS (not imported: this module runs on the target).
+# Same as benchgate.rules.LATENCY_STATS (not imported: this module runs on the target).
 LATENCY_STATS = ("median", "mean", "p50", "p90", "p95", "p99")
 # A stage name: it appears in trial records, ledger rows and ``rule: stage:<name>``.
 STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")

@@ -293,7 +293,7 @@ def correction_text(view: StagedVerdictView) -> str:
 
 def load_text(params: Mapping[str, Any] | None) -> str:
     """A stage's load in words (``benchgate.stages.load_words``), "" when not recorded."""
-    from ..stages import load_words
+    from ..table import load_words
 
     return load_words(params or {}) if params and "concurrency" in params else ""
 

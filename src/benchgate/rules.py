@@ -1,37 +1,10 @@
-"""The regression judge: is the candidate release slower than the baseline?
+"""The regression judge's rules: is the candidate release slower than the baseline?
 
-Pure functions over plain numbers; no I/O. The CLI (``benchgate judge``), the
-Ansible module ``benchgate_gate`` and the decision-quality benchmark all call
-:func:`judge_results` (or :func:`judge` on samples already extracted).
-
-Method
-------
-One sample per *trial* (a trial is one full benchmark pass of the workload;
-its value is, e.g., the trial's output tokens/s or its median TTFT). For each
-metric we compare the candidate's trials with the baseline's trials:
-
-* **Test**: one-sided Mann-Whitney U (``scipy.stats.mannwhitneyu``), with the
-  alternative set by the metric's direction (throughput: candidate *less*;
-  latency: candidate *greater*). Exact p-values for small samples, so three
-  trials per side can reach p = 1/20 = 0.05 when the samples separate fully.
-* **Effect size**: the Hodges-Lehmann estimate of the shift between the two
-  samples, taken on the *log* scale: the median of all ``m*n`` pairwise
-  ``log(candidate_i) - log(baseline_j)``. ``exp(shift) - 1`` is the relative
-  change (-0.27 = 27% lower). Working in logs makes the estimate a ratio, so a
-  threshold in percent means the same on a fast and on a slow host.
-* **Confidence bounds**: the distribution-free (Moses) interval for that shift,
-  read off the sorted pairwise differences at ranks given by the exact null
-  distribution of U. Each end is a one-sided ``confidence`` bound (default
-  95%), so together they form a two-sided ``2*confidence - 1`` interval (90%).
-  One-sided bounds are what the decision needs ("is the regression at most
-  5%?") and, unlike a two-sided 95% interval, they exist with 3 + 3 trials.
-
-Why this and not a bootstrap of the ratio of medians: with 3-10 trials a
-bootstrap has only a handful of distinct resamples and under-covers badly; the
-rank interval is exact for any continuous distribution under a shift model, is
-deterministic (no seed), costs nothing, and ranks make it robust to heavy tails
-and single outlier trials. It is the same pairing Kayenta's Mann-Whitney judge
-uses (test + Hodges-Lehmann interval + an effect-size check).
+Pure functions; no I/O. The gate (:mod:`benchgate.gate`: the Ansible module
+``benchgate_gate``, ``benchgate judge``, the lab) judges results with
+:func:`judge_results`, or samples already extracted with :func:`judge`. The
+test and its interval are in :mod:`benchgate.ranks` ("Method"); the samples
+come from :mod:`benchgate.samples`.
 
 Decision rule (per metric)
 --------------------------
@@ -91,7 +64,7 @@ Bursts
 ------
 Noise on a shared machine only ever slows a trial down, and it comes in
 bursts that span several trials (lab/notes/benchmarks.md, "Noise on a 2-core
-machine"). The rank statistics above already resist a short burst: 4 slow
+machine"). The rank statistics (:mod:`benchgate.ranks`) already resist a short burst: 4 slow
 trials of 16 barely move the bound. ``set_aside_slowest`` (default 0, off)
 sets the same share of each measurement run's slowest trials aside before
 the test (throughput: the lowest values; latency: the highest), so a burst
@@ -104,41 +77,6 @@ trials (a stall every minute) is judged on its good trials, which is the
 price, and why it is off by default. The reason names how many trials were
 set aside.
 
-Runs: the level moves between them
------------------------------------
-A measurement run is one pass of the workload's trials, back to back (the
-baseline; the candidate; A-B-A's second baseline; the candidate's extra
-trials). On a shared host the level of the whole machine moves over minutes:
-on the 2-core demo host the same release measured 4-6% apart (standard
-deviation) from one run to the next, restarted or not, while the trials of
-one run agreed to 2-5% (lab/notes/benchmarks.md, "Noise on a 2-core machine").
-The rank interval above is built from trials and knows nothing of that, so
-it is far too narrow when each side is one run. ``run_spread_pct`` (default
-0: on a GPU host runs agree to 0.1-0.3%) is that standard deviation of a
-run's level in percent, as measured on the host (``lab/experiments/noise_floor.py``,
-the A/A mode of ``playbooks/upgrade.yml``). When set, each one-sided bound
-moves away from the estimate to ``sqrt(d**2 + (z * s * sqrt(1/k_b + 1/k_c))**2)``
-on the log scale, where ``d`` is the rank bound's distance, ``z`` the normal
-quantile of ``confidence``, ``s`` the spread and ``k_b``/``k_c`` the runs per
-side (the ``run`` labels ``merge_results`` gives; one result is one run). The
-two parts add as independent variances do. More runs per side (A-B-A, the
-extra candidate trials) narrow it; more trials of one run cannot. The
-smallest limit a schedule can decide follows: see :func:`decidable_limit_pct`.
-
-Pairs: side by side
--------------------
-Measured side by side (``bench.run_side_by_side_async``), trial i of the
-baseline and trial i of the candidate ran back to back with the same prompts,
-in the order A B, then B A (ABBA). Whatever the machine did over those few
-seconds, it did to both; between pairs it may have done anything. So with
-``paired`` the two sides are judged as pairs: the change is the
-Hodges-Lehmann estimate of the pairs' log-ratios (the median of their Walsh
-averages), its one-sided bounds the Walsh averages at the exact Wilcoxon
-signed-rank critical rank, and the p-values Wilcoxon's. The run-to-run
-spread is not added (both sides share every run), and no trials are set
-aside (a pair has to stay whole). A pair with an invalid trial on either
-side is dropped.
-
 Reasons
 -------
 Every reason tells one story: the Hodges-Lehmann estimate of the change and
@@ -150,12 +88,21 @@ candidate's median is not shown, since it can point the other way.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from . import numfmt
+from .ranks import (
+    count_outliers,
+    decidable_limit_pct,
+    hodges_lehmann,
+    median,
+    signed_rank_shift,
+    widen_for_runs,
+)
+from .samples import clean_samples, count_trials, paired_samples, samples_and_runs, side_by_side
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -199,9 +146,6 @@ _UNITS = {
 #: Trials are set aside only while this many stay on each side: with fewer,
 #: the exact rank test loses too much (3+3 trials reach p = 0.05 at best).
 SET_ASIDE_KEEPS = 6
-
-# Exact U distribution up to this m*n; the normal approximation beyond.
-_EXACT_MAX_MN = 10_000
 
 
 class Direction(str, Enum):
@@ -250,9 +194,9 @@ class GateConfig:
     # (0.25: the slowest quarter). See "Bursts" in the module docstring.
     set_aside_slowest: float = 0.0
     # Standard deviation of a measurement run's level, percent (see "Runs"
-    # in the module docstring); 0 = the trials of one run suffice.
+    # in benchgate.ranks); 0 = the trials of one run suffice.
     run_spread_pct: float = 0.0
-    # Side by side (see "Pairs" in the module docstring): trial i of the
+    # Side by side (see "Pairs" in benchgate.ranks): trial i of the
     # baseline and trial i of the candidate ran back to back, and are judged
     # as pairs (Wilcoxon signed-rank) instead of as two samples.
     paired: bool = False
@@ -279,17 +223,6 @@ class GateConfig:
     def confidence(self) -> float:
         """Level of each one-sided bound."""
         return 1.0 - self.alpha
-
-
-@dataclass(frozen=True)
-class ShiftEstimate:
-    """Hodges-Lehmann log-shift of candidate vs baseline, as relative changes."""
-
-    change: float  # exp(HL) - 1: -0.27 means the candidate is 27% lower
-    change_lo: float  # one-sided lower bound of change (-inf if unattainable)
-    change_hi: float  # one-sided upper bound of change (+inf if unattainable)
-    p_lower: float  # one-sided U-test p-value for "candidate lower"
-    p_higher: float  # one-sided U-test p-value for "candidate higher"
 
 
 @dataclass(frozen=True)
@@ -320,40 +253,94 @@ class MetricVerdict:
     runs_baseline: int = 1
     runs_candidate: int = 1
     run_spread_pct: float = 0.0
+    # The stage this line judges, in the flat list of a staged verdict.
+    stage: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: _json_number(v) for k, v in asdict(self).items()}
+        figures = {k: _json_number(v) for k, v in asdict(self).items() if k != "stage"}
+        return figures if self.stage is None else {"stage": self.stage, **figures}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a staged verdict: its name, its own verdict, the load it measured."""
+
+    stage: str
+    verdict: Verdict
+    alpha: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "alpha": self.alpha, "params": self.params} | (
+            self.verdict.to_dict()
+        )
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Overall verdict over all judged metrics."""
+    """The gate's verdict, over the metrics of one comparison or over stages.
+
+    An unstaged comparison has no ``stages``: its ``metrics`` are the judged
+    ones, its ``alpha`` the level they were judged at. A staged one
+    (:mod:`benchgate.stages`) has one :class:`Stage` per stage, each with the
+    stage's own verdict; its ``metrics`` are every stage's, each naming its
+    stage, and ``alpha`` is the judge's, before the split over the stages
+    (``correction``).
+    """
 
     verdict: str
     reasons: list[str]
     metrics: list[MetricVerdict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    schema: str = "benchgate.verdict/1"
+    alpha: float = 0.05
+    stages: list[Stage] = field(default_factory=list)
+    correction: str = "bonferroni"
 
     @property
     def passed(self) -> bool:
         return self.verdict == PASS
 
+    @property
+    def staged(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def schema(self) -> str:
+        return "benchgate.staged_verdict/1" if self.staged else "benchgate.verdict/1"
+
     def metric(self, name: str) -> MetricVerdict:
+        """The line of metric ``name`` (a staged verdict's first stage that judged it)."""
         for m in self.metrics:
             if m.metric == name:
                 return m
         raise KeyError(name)
 
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.stage == name:
+                return s
+        raise KeyError(name)
+
+    def interval_alpha(self, stage: str | None) -> float:
+        """The alpha a metric line was judged at: its stage's, else the verdict's."""
+        return next((s.alpha for s in self.stages if s.stage == stage), self.alpha)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """JSON form; a staged verdict adds its correction and every stage's verdict."""
+        out: dict[str, Any] = {
             "schema": self.schema,
             "verdict": self.verdict,
             "passed": self.passed,
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
-            "metrics": [m.to_dict() for m in self.metrics],
         }
+        if self.staged:
+            out |= {
+                "alpha": self.alpha,
+                "correction": self.correction,
+                "stages": [s.to_dict() for s in self.stages],
+            }
+        return out | {"metrics": [m.to_dict() for m in self.metrics]}
 
 
 def _json_number(value: Any) -> Any:
@@ -361,205 +348,6 @@ def _json_number(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-# --------------------------------------------------------------------------
-# Statistics
-# --------------------------------------------------------------------------
-
-
-def _median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    if n == 0:
-        raise ValueError("median of an empty sample")
-    mid = n // 2
-    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2.0
-
-
-def _u_null_cdf_counts(m: int, n: int) -> list[int]:
-    """Number of arrangements giving U = 0..m*n under H0 (no ties).
-
-    The counts are the coefficients of the Gaussian binomial [m+n choose m]_q,
-    built as prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i) with exact integers.
-    """
-    size = m * n + 1
-    poly = [0] * size
-    poly[0] = 1
-    for i in range(1, m + 1):
-        # multiply by (1 - q^(n+i)), top down
-        step = n + i
-        for j in range(size - 1, step - 1, -1):
-            poly[j] -= poly[j - step]
-        # divide by (1 - q^i): running sum with stride i
-        for j in range(i, size):
-            poly[j] += poly[j - i]
-    return poly
-
-
-def _rank_for_bound(m: int, n: int, alpha: float) -> int:
-    """Largest k with P(U <= k - 1) <= alpha; 0 when no bound exists.
-
-    The k-th smallest pairwise difference is then a one-sided (1 - alpha)
-    lower bound for the shift, and the k-th largest an upper bound.
-    """
-    if m * n <= _EXACT_MAX_MN:
-        counts = _u_null_cdf_counts(m, n)
-        total = math.comb(m + n, m)
-        k = 0
-        cum = 0
-        for u in range(len(counts)):
-            cum += counts[u]
-            # P(U <= u) <= alpha allows k = u + 1 (tiny slack for float rounding)
-            if cum <= alpha * total * (1 + 1e-12):
-                k = u + 1
-            else:
-                break
-        return k
-    # Normal approximation for large samples.
-    from scipy.stats import norm
-
-    z = float(norm.ppf(1.0 - alpha))
-    mean = m * n / 2.0
-    sd = math.sqrt(m * n * (m + n + 1) / 12.0)
-    return max(0, int(math.floor(mean - z * sd)))
-
-
-def _signed_rank_counts(n: int) -> list[int]:
-    """Number of sign patterns giving the signed-rank sum T+ = 0..n(n+1)/2 under H0."""
-    counts = [1] + [0] * (n * (n + 1) // 2)
-    for rank in range(1, n + 1):
-        for t in range(len(counts) - 1, rank - 1, -1):
-            counts[t] += counts[t - rank]
-    return counts
-
-
-def signed_rank_shift(
-    baseline: Sequence[float], candidate: Sequence[float], alpha: float = 0.05
-) -> ShiftEstimate:
-    """Relative change of ``candidate`` over ``baseline`` from pairs (``baseline[i]``
-    with ``candidate[i]``), with one-sided bounds: see "Pairs" in the module docstring.
-
-    All values must be positive and finite; both lists the same length.
-    """
-    from scipy.stats import wilcoxon
-
-    if len(baseline) != len(candidate) or not baseline:
-        raise ValueError("pairs need two lists of the same, non-zero length")
-    d = [math.log(c) - math.log(b) for b, c in zip(baseline, candidate, strict=True)]
-    n = len(d)
-    walsh = sorted((d[i] + d[j]) / 2.0 for i in range(n) for j in range(i, n))
-    shift = _median(walsh)
-    counts = _signed_rank_counts(n)
-    total = 2**n
-    k = 0
-    cum = 0
-    for t, count in enumerate(counts):
-        cum += count
-        if cum <= alpha * total * (1 + 1e-12):
-            k = t + 1
-        else:
-            break
-    lo, hi = (walsh[k - 1], walsh[len(walsh) - k]) if k >= 1 else (-math.inf, math.inf)
-    if all(x == 0 for x in d):
-        p_lower = p_higher = 1.0
-    else:
-        p_lower = float(wilcoxon(d, alternative="less").pvalue)
-        p_higher = float(wilcoxon(d, alternative="greater").pvalue)
-    return ShiftEstimate(
-        change=math.expm1(shift),
-        change_lo=math.expm1(lo) if math.isfinite(lo) else -math.inf,
-        change_hi=math.expm1(hi) if math.isfinite(hi) else math.inf,
-        p_lower=p_lower,
-        p_higher=p_higher,
-    )
-
-
-def hodges_lehmann(
-    baseline: Sequence[float], candidate: Sequence[float], alpha: float = 0.05
-) -> ShiftEstimate:
-    """Relative shift of ``candidate`` over ``baseline`` with one-sided bounds.
-
-    All values must be positive and finite (use :func:`clean_samples`).
-    """
-    from scipy.stats import mannwhitneyu
-
-    if len(baseline) < 1 or len(candidate) < 1:
-        raise ValueError("both samples need at least one value")
-    lb = [math.log(x) for x in baseline]
-    lc = [math.log(x) for x in candidate]
-    diffs = sorted(c - b for c in lc for b in lb)
-    shift = _median(diffs)
-    k = _rank_for_bound(len(lc), len(lb), alpha)
-    if k >= 1:
-        lo, hi = diffs[k - 1], diffs[len(diffs) - k]
-    else:
-        lo, hi = -math.inf, math.inf
-
-    method = "auto"
-    p_lower = float(mannwhitneyu(lc, lb, alternative="less", method=method).pvalue)
-    p_higher = float(mannwhitneyu(lc, lb, alternative="greater", method=method).pvalue)
-    return ShiftEstimate(
-        change=math.expm1(shift),
-        change_lo=math.expm1(lo) if math.isfinite(lo) else -math.inf,
-        change_hi=math.expm1(hi) if math.isfinite(hi) else math.inf,
-        p_lower=p_lower,
-        p_higher=p_higher,
-    )
-
-
-def _run_term(spread_pct: float, runs: tuple[int, int], alpha: float) -> float:
-    """The run-to-run part of a bound's distance, on the log scale."""
-    from statistics import NormalDist
-
-    k_b, k_c = (max(1, k) for k in runs)
-    return (
-        NormalDist().inv_cdf(1.0 - alpha)
-        * math.log1p(spread_pct / 100.0)
-        * math.sqrt(1.0 / k_b + 1.0 / k_c)
-    )
-
-
-def decidable_limit_pct(spread_pct: float, runs: tuple[int, int], alpha: float = 0.05) -> float:
-    """The smallest regression limit that identical releases PASS with probability
-    ``1 - alpha`` from the run-to-run spread alone: their estimate scatters by the
-    same normal term the bound adds, so the bound stays within the limit only
-    when the limit is twice that term (the trials' own noise comes on top)."""
-    return 100.0 * math.expm1(2.0 * _run_term(spread_pct, runs, alpha))
-
-
-def widen_for_runs(
-    est: ShiftEstimate, spread_pct: float, runs: tuple[int, int], alpha: float
-) -> ShiftEstimate:
-    """``est`` with both bounds widened by the run-to-run spread (module docstring,
-    "Runs"); unchanged when the spread is 0 or a bound is unattainable."""
-    if spread_pct <= 0 or not (math.isfinite(est.change_lo) and math.isfinite(est.change_hi)):
-        return est
-    extra = _run_term(spread_pct, runs, alpha)
-    shift = math.log1p(est.change)
-    down = shift - math.log1p(est.change_lo)
-    up = math.log1p(est.change_hi) - shift
-    return replace(
-        est,
-        change_lo=math.expm1(shift - math.hypot(down, extra)),
-        change_hi=math.expm1(shift + math.hypot(up, extra)),
-    )
-
-
-def clean_samples(values: Iterable[Any]) -> tuple[list[float], int]:
-    """Keep finite positive numbers; return them and how many were dropped."""
-    kept: list[float] = []
-    dropped = 0
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            dropped += 1
-            continue
-        f = float(v)
-        if math.isfinite(f) and f > 0:
-            kept.append(f)
-        else:
-            dropped += 1
-    return kept, dropped
 
 
 def set_aside_slowest(
@@ -604,21 +392,6 @@ def _set_aside_by_run(
         kept += part
         aside += n
     return kept, aside
-
-
-def count_outliers(values: Sequence[float], z: float = 3.5) -> int:
-    """Trials whose robust z-score (median/MAD) exceeds ``z``.
-
-    Reported only: the rank statistics above already bound the influence of a
-    single wild trial, and dropping slow trials could hide a real regression.
-    """
-    if len(values) < 3:
-        return 0
-    med = _median(values)
-    mad = _median([abs(v - med) for v in values])
-    if mad == 0:
-        return 0
-    return sum(1 for v in values if 0.6745 * abs(v - med) / mad > z)
 
 
 # --------------------------------------------------------------------------
@@ -690,8 +463,8 @@ def judge_metric(
         "runs_baseline": len(set(baseline_runs)) if baseline_runs else 1,
         "runs_candidate": len(set(candidate_runs)) if candidate_runs else 1,
         "run_spread_pct": cfg.run_spread_pct,
-        "baseline_median": _median(full_b) if full_b else None,
-        "candidate_median": _median(full_c) if full_c else None,
+        "baseline_median": median(full_b) if full_b else None,
+        "candidate_median": median(full_c) if full_c else None,
     }
 
     if len(b) < cfg.min_trials or len(c) < cfg.min_trials:
@@ -792,7 +565,7 @@ def combine(metric_verdicts: Sequence[MetricVerdict], config: GateConfig | None 
     """Overall verdict from per-metric verdicts (rule in the module docstring)."""
     cfg = config or GateConfig()
     if not metric_verdicts:
-        return Verdict(INCONCLUSIVE, ["no metrics were judged"], [])
+        return Verdict(INCONCLUSIVE, ["no metrics were judged"], [], alpha=cfg.alpha)
     any_critical = any(m.critical for m in metric_verdicts)
     blocking_fail: list[str] = []
     blocking_open: list[str] = []
@@ -813,10 +586,10 @@ def combine(metric_verdicts: Sequence[MetricVerdict], config: GateConfig | None 
         else:
             passed.append(m.reason)
     if blocking_fail:
-        return Verdict(FAIL, blocking_fail, list(metric_verdicts), warnings)
+        return Verdict(FAIL, blocking_fail, list(metric_verdicts), warnings, cfg.alpha)
     if blocking_open:
-        return Verdict(INCONCLUSIVE, blocking_open, list(metric_verdicts), warnings)
-    return Verdict(PASS, passed, list(metric_verdicts), warnings)
+        return Verdict(INCONCLUSIVE, blocking_open, list(metric_verdicts), warnings, cfg.alpha)
+    return Verdict(PASS, passed, list(metric_verdicts), warnings, cfg.alpha)
 
 
 def judge(
@@ -881,134 +654,6 @@ def make_specs(
             )
         )
     return specs
-
-
-# --------------------------------------------------------------------------
-# Result JSON adapter (schema benchgate.result/1, read tolerantly)
-# --------------------------------------------------------------------------
-
-#: Other spellings seen in results (vLLM's bench output among them).
-_ALIASES = {
-    "output_tokens_per_s": ("output_throughput", "output_tok_per_s", "tokens_per_s"),
-    "request_throughput": ("requests_per_s", "req_per_s"),
-    "total_tokens_per_s": ("total_token_throughput",),
-    "ttft_ms": ("ttft",),
-    "tpot_ms": ("tpot",),
-    "itl_ms": ("itl",),
-    "e2el_ms": ("e2el", "e2e_latency_ms"),
-}
-
-
-def _metric_value(metrics: Mapping[str, Any], metric: str, stat: str) -> Any:
-    value: Any = None
-    for key in (metric, *_ALIASES.get(metric, ())):
-        if key in metrics:
-            value = metrics[key]
-            break
-    else:
-        # vLLM bench flat style: median_ttft_ms, p99_tpot_ms, ...
-        flat = f"{stat}_{metric}"
-        if flat in metrics:
-            value = metrics[flat]
-    if isinstance(value, Mapping):
-        order = [stat]
-        if stat == "median":
-            order.append("p50")
-        elif stat == "p50":
-            order.append("median")
-        for key in order:
-            if key in value:
-                return value[key]
-        return None
-    return value
-
-
-def _trial_valid(trial: Mapping[str, Any]) -> bool:
-    valid = trial.get("valid")
-    if valid is None:
-        # No flag: valid unless the trial says it failed.
-        return not trial.get("error") and not trial.get("errors")
-    return valid is True
-
-
-def _trials(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    trials = result.get("trials")
-    if isinstance(trials, list):
-        return [t for t in trials if isinstance(t, Mapping)]
-    # A single-run result with metrics at the top level counts as one trial.
-    if isinstance(result.get("metrics"), Mapping):
-        return [result]
-    return []
-
-
-def samples_and_runs(
-    result: Mapping[str, Any], metric: str, stat: str = "median"
-) -> tuple[list[float], list[int]]:
-    """:func:`samples_from_result` and the measurement run of each value
-    (``merge_results`` marks each trial with its run; 0 when unmarked)."""
-    values: list[float] = []
-    runs: list[int] = []
-    for trial in _trials(result):
-        if not _trial_valid(trial):
-            continue
-        metrics = trial.get("metrics")
-        if not isinstance(metrics, Mapping):
-            continue
-        value = _metric_value(metrics, metric, stat)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        values.append(float(value))
-        run = trial.get("run", 0)
-        runs.append(run if isinstance(run, int) else 0)
-    return values, runs
-
-
-def paired_samples(
-    baseline: Mapping[str, Any], candidate: Mapping[str, Any], metric: str, stat: str = "median"
-) -> tuple[list[float], list[float], list[int]]:
-    """The values of trials that ran as pairs (side by side): the baseline's and
-    the candidate's trial with the same run and index, both valid with a
-    positive, finite value; and each pair's run. In the order run."""
-
-    def by_key(result: Mapping[str, Any]) -> dict[tuple[int, int], float]:
-        out: dict[tuple[int, int], float] = {}
-        for trial in _trials(result):
-            metrics = trial.get("metrics")
-            if not _trial_valid(trial) or not isinstance(metrics, Mapping):
-                continue
-            value = _metric_value(metrics, metric, stat)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if not (math.isfinite(value) and value > 0):
-                continue
-            run = trial.get("run", 0)
-            key = (run if isinstance(run, int) else 0, int(trial.get("index", -1)))
-            out[key] = float(value)
-        return out
-
-    b, c = by_key(baseline), by_key(candidate)
-    keys = sorted(set(b) & set(c))
-    return [b[k] for k in keys], [c[k] for k in keys], [k[0] for k in keys]
-
-
-def samples_from_result(
-    result: Mapping[str, Any], metric: str, stat: str = "median"
-) -> list[float]:
-    """Per-trial values of ``metric`` from a result dict; invalid trials are skipped.
-
-    A metric may be a number (throughput) or a dict of statistics (latency:
-    ``median``/``mean``/``p90``/``p99``; ``stat`` picks one). Trials without the
-    metric, with ``valid: false``, or with non-numeric values are skipped:
-    they never count as evidence for a PASS.
-    """
-    return samples_and_runs(result, metric, stat)[0]
-
-
-def count_trials(result: Mapping[str, Any]) -> tuple[int, int]:
-    """(valid, invalid) trial counts of a result dict."""
-    trials = _trials(result)
-    valid = sum(1 for t in trials if _trial_valid(t))
-    return valid, len(trials) - valid
 
 
 def judge_results(
@@ -1095,78 +740,6 @@ def _invalid_trials_rule(
     return replace(verdict, verdict=INCONCLUSIVE, reasons=[*reasons, *verdict.reasons])
 
 
-def merge_results(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One result from several measurements of the same server and workload.
-
-    Used when an INCONCLUSIVE verdict asks for more trials: the trials are
-    concatenated (re-indexed), the summary's per-metric samples joined and
-    their medians recomputed; everything else is the first result's.
-    """
-    if not results:
-        raise ValueError("merge_results needs at least one result")
-    if len(results) == 1:
-        return dict(results[0])
-    merged: dict[str, Any] = dict(results[0])
-    trials: list[Any] = []
-    samples: dict[str, list[float]] = {}
-    better: dict[str, Any] = {}
-    total = valid = 0
-    for run, result in enumerate(results):
-        for trial in _trials(result):
-            trials.append({**trial, "index": len(trials), "run": run})
-        summary = result.get("summary") or {}
-        total += int(summary.get("total_trials", 0) or 0)
-        valid += int(summary.get("valid_trials", 0) or 0)
-        for name, metric in (summary.get("metrics") or {}).items():
-            if isinstance(metric, Mapping):
-                samples.setdefault(name, []).extend(
-                    float(v) for v in metric.get("samples") or [] if isinstance(v, (int, float))
-                )
-                better.setdefault(name, metric.get("better"))
-    merged["trials"] = trials
-    merged["summary"] = {
-        **(results[0].get("summary") or {}),
-        "total_trials": total,
-        "valid_trials": valid,
-        "metrics": {
-            name: {
-                "samples": values,
-                "median": _median(values) if values else None,
-                "better": better[name],
-            }
-            for name, values in samples.items()
-        },
-    }
-    merged["merged_from"] = len(results)
-    return merged
-
-
-def side_by_side(
-    baselines: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]]
-) -> bool:
-    """Whether every measurement of both sides is half of a side-by-side pair
-    (``bench.run_side_by_side_async``) whose other half is on the other side.
-
-    Then the two sides' trials alternated in one window of time: a level of
-    the machine that moves between runs moved both alike, so the run-to-run
-    spread is left out of the comparison; the trials' own spread, drift
-    within the window included, is all the interval needs.
-    """
-
-    def ids(results: Sequence[Mapping[str, Any]], side: str) -> list[str] | None:
-        out = []
-        for result in results:
-            mark = result.get("interleaved")
-            if not isinstance(mark, Mapping) or mark.get("side") != side or not mark.get("id"):
-                return None
-            out.append(str(mark["id"]))
-        return out
-
-    b = ids(baselines, "reference")
-    c = ids(candidates, "candidate")
-    return bool(b) and b is not None and c is not None and sorted(b) == sorted(c)
-
-
 def config_for(
     config: GateConfig,
     baselines: Sequence[Mapping[str, Any]],
@@ -1209,54 +782,3 @@ def naive_verdict(
     change = (candidate - baseline) / baseline * 100.0
     regression = -change if d is Direction.HIGHER else change
     return FAIL if regression >= max_regression_pct else PASS
-
-
-def interval_pct(alpha: float) -> str:
-    """The two-sided level of the gate's interval at ``alpha``, in %: "90" at 0.05."""
-    return f"{round((1 - 2 * alpha) * 100, 1):g}"
-
-
-def render_table(verdict: Verdict, alpha: float | None = None) -> str:
-    """A plain-text table of the per-metric outcome plus the reasons.
-
-    The change column is the estimate that the reasons give (Hodges-Lehmann,
-    with its interval, in words: better or worse for that metric); ``alpha``
-    (the judging one) names the interval's level in its heading.
-    """
-    level = f"{interval_pct(alpha)}% interval" if alpha is not None else "interval"
-    header = (
-        "metric",
-        "baseline median",
-        "candidate median",
-        f"change ({level})",
-        "p",
-        "limit",
-        "verdict",
-    )
-    rows: list[tuple[str, ...]] = [header]
-    for m in verdict.metrics:
-        rows.append(
-            (
-                m.metric + (" *" if m.critical else ""),
-                f"{numfmt.figure(m.baseline_median)} (n={m.n_baseline})",
-                f"{numfmt.figure(m.candidate_median)} (n={m.n_candidate})",
-                numfmt.change_interval(
-                    m.change_pct, m.change_lo_pct, m.change_hi_pct, m.direction != "lower"
-                ),
-                numfmt.MISSING if m.p_value is None else f"{m.p_value:.3g}",
-                f"{m.max_regression_pct:g}%",
-                m.verdict,
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("")
-    lines.append(
-        "medians: of each side's trials; change: the Hodges-Lehmann estimate of the "
-        "change and its interval, as in the reasons (the medians can point the other way)"
-    )
-    lines.append(f"verdict: {verdict.verdict}   (* critical)")
-    lines.extend(f"  - {r}" for r in verdict.reasons)
-    lines.extend(f"  ! {w}" for w in verdict.warnings)
-    return "\n".join(lines)

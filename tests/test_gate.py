@@ -1,0 +1,106 @@
+"""benchgate.gate: the module, the CLI and the package give one verdict for the same inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from _load import load_file
+from benchgate import cli_gate, gate
+from test_stages import staged, unstaged
+
+MODULE = load_file(
+    Path(__file__).resolve().parents[1] / "plugins" / "modules" / "benchgate_gate.py",
+    "benchgate_gate_entry",
+)
+
+
+class _Exit(Exception):
+    pass
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, args: dict[str, Any]) -> dict[str, Any]:
+    def leave(self: Any, **kwargs: Any) -> None:
+        raise _Exit(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", leave)
+    with patch_module_args(args), pytest.raises(_Exit) as exc:
+        MODULE.main()
+    out: dict[str, Any] = exc.value.args[0]
+    return out
+
+
+def _cli(capsys: pytest.CaptureFixture[str], files: list[Path], *flags: str) -> tuple[int, str]:
+    argv = ["judge", "--baseline", str(files[0]), "--candidate", str(files[1]), *flags]
+    code = cli_gate.main(argv)
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "expected"),
+    [
+        (unstaged(100.0, seed=1), unstaged(100.0, seed=2), "PASS"),
+        (unstaged(100.0, seed=1), unstaged(70.0, seed=2), "FAIL"),
+        (
+            staged({"single": 100.0, "busy": 400.0}, seed=1),
+            staged({"single": 100.0, "busy": 320.0}, seed=2),
+            "FAIL",
+        ),
+    ],
+    ids=["unstaged-pass", "unstaged-fail", "staged-fail"],
+)
+def test_module_cli_and_package_agree(
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = [tmp_path / "baseline.json", tmp_path / "candidate.json"]
+    for path, result in zip(files, (baseline, candidate)):
+        path.write_text(json.dumps(result), encoding="utf-8")
+
+    judged = gate.run_gate(baseline, candidate, metrics=["output_tokens_per_s"])
+    module = _module(
+        monkeypatch,
+        {"baseline": str(files[0]), "candidate": str(files[1]), "metrics": ["output_tokens_per_s"]},
+    )
+    code, table = _cli(capsys, files, "--metric", "output_tokens_per_s")
+    _, as_json = _cli(capsys, files, "--metric", "output_tokens_per_s", "--json")
+    from_cli = json.loads(as_json)
+
+    assert judged.verdict.verdict == module["verdict"] == from_cli["verdict"] == expected
+    assert judged.verdict.reasons == module["reasons"] == from_cli["reasons"]
+    assert judged.table == module["table"] == table.rstrip("\n")
+    assert code == cli_gate.EXIT_CODES[expected]
+    summary = f"{module['verdict']}: {'; '.join(module['reasons'])}"
+    assert judged.summary == summary
+    # The module's result is the package's, key for key.
+    assert module == {**judged.result(), "changed": False}
+    # One verdict type: a staged verdict lists its stages, an unstaged one none.
+    assert judged.verdict.staged == bool(from_cli.get("stages"))
+    if judged.verdict.staged:
+        assert "== stage busy (concurrency 2): FAIL" in judged.table
+        assert all(m["reason"].startswith("stage ") for m in module["metrics"])
+
+
+def test_package_records_what_it_judged(tmp_path: Path) -> None:
+    from benchgate import ledger
+
+    db = tmp_path / "ledger.sqlite"
+    judged = gate.run_gate(
+        unstaged(100.0, seed=1), unstaged(70.0, seed=2), ledger=str(db), host="h", release="2"
+    )
+    assert judged.ledger_ids is not None and judged.result()["changed"]
+    assert [(v.host, v.verdict) for v in ledger.history(db)] == [("h", "FAIL")]
+    checked = gate.run_gate(
+        unstaged(100.0, seed=1), unstaged(70.0, seed=2), ledger=str(db), host="h", check_mode=True
+    )
+    assert checked.ledger_ids is None and len(ledger.history(db)) == 1
