@@ -1,5 +1,6 @@
 """Each default has one home; where Ansible needs the literal again (a module's
-DOCUMENTATION and argument_spec, a role's defaults), it must equal that home."""
+documentation, in its .yml beside it, and argument_spec, a role's defaults), it
+must equal that home."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _yaml(path: Path) -> Any:
 
 def test_the_gate_modules_defaults_are_the_packages() -> None:
     module = _gate_module()
-    documented = yaml.safe_load(module.DOCUMENTATION)["options"]
+    doc_file = ROOT / "plugins" / "modules" / "benchgate_gate.yml"
+    documented = yaml.safe_load(doc_file.read_text())["DOCUMENTATION"]["options"]
     config = rules.GateConfig()
     home = {
         "metrics": list(rules.DEFAULT_METRICS),

@@ -79,7 +79,8 @@ def run_benchgate(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
 
 
 class Driver:
-    """lab/experiments/vllm_bench_driver.py in the vLLM venv: `vllm bench serve` runs, one import."""
+    """lab/experiments/vllm_bench_driver.py in the vLLM venv: `vllm bench serve` runs,
+    one import."""
 
     def __init__(self, python: str) -> None:
         driver = Path(__file__).with_name("vllm_bench_driver.py")

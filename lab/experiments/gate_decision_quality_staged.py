@@ -98,10 +98,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import binomtest
-
-
 import gate_decision_quality as dq  # noqa: E402
+from scipy.stats import binomtest
 
 from benchgate import ranks, rules, stages  # noqa: E402
 from benchgate.workload import load_workload  # noqa: E402
@@ -779,7 +777,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         pools = synthetic_pools(args.workload, args.seed)
     raw = list(sys.argv[1:] if argv is None else argv)
-    command = shlex.join([".venv/bin/python", "lab/experiments/gate_decision_quality_staged.py", *raw])
+    script = "lab/experiments/gate_decision_quality_staged.py"
+    command = shlex.join([".venv/bin/python", script, *raw])
     t0 = time.perf_counter()
     block = report(args, pools, command)
     print(block)
