@@ -84,6 +84,9 @@ def test_module_run_reports_roofline_memory_cold_start_and_goodput(tmp_path, mod
     metrics = out["summary"]["metrics"]
     assert metrics["goodput"]["samples"] == pytest.approx(metrics["request_throughput"]["samples"])
     assert out["result"]["workload"]["params"]["slo"] == {"ttft_ms": 10000.0, "tpot_ms": 10000.0}
+    # Issue 35: the serving configuration, read from the server's process (here: this one).
+    server = out["result"]["server_config"]
+    assert "pytest" in " ".join(server["argv"]) and server["cpus"]
     check_result_dict(out["result"])
 
 

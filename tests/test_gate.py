@@ -12,6 +12,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from _load import load_file
 from benchgate import cli_gate, gate
+from benchgate import ledger as bg_ledger
 from test_stages import staged, unstaged
 
 MODULE = load_file(
@@ -104,3 +105,50 @@ def test_package_records_what_it_judged(tmp_path: Path) -> None:
         unstaged(100.0, seed=1), unstaged(70.0, seed=2), ledger=str(db), host="h", check_mode=True
     )
     assert checked.ledger_ids is None and len(ledger.history(db)) == 1
+
+
+def _sbs(side: str, values: list[float]) -> dict[str, Any]:
+    """One half of a side-by-side measurement: its trials ran alternately with the other's."""
+    return {
+        "schema": "benchgate.result/1",
+        "interleaved": {"id": "m1", "side": side},
+        "trials": [
+            {"index": i, "valid": True, "metrics": {"output_tokens_per_s": v}}
+            for i, v in enumerate(values)
+        ],
+    }
+
+
+def test_side_by_side_every_place_gives_the_pairs_ratio_and_says_why_the_medians_fall(
+    tmp_path: Path,
+) -> None:
+    """Issue 35, 1: each side's median fell (200 -> 198) while the pairs' estimate
+    rose (the pairs ran at two levels of the machine). The reason (the ledger's first),
+    the gate's table and the metric line give the figure the estimate is computed
+    from, the median of the pairs' ratios, and say why the medians differ, in the
+    same words."""
+    base = [100.0, 100.0, 100.0, 200.0, 200.0, 200.0, 200.0]
+    cand = [110.0, 110.0, 110.0, 198.0, 198.0, 198.0, 300.0]
+    db = tmp_path / "ledger.sqlite"
+    result = gate.run_gate(
+        _sbs("reference", base),
+        _sbs("candidate", cand),
+        metrics=["output_tokens_per_s"],
+        ledger=str(db),
+        host="h",
+    )
+    [m] = result.verdict.metrics
+    assert m.baseline_median == 200.0 and m.candidate_median == 198.0
+    assert m.change_pct is not None and m.change_pct > 0
+    assert m.pairs_change_pct == pytest.approx(10.0)
+    note = (
+        "the pairs' median ratio: 10.0% better; each side's median: 1.0% worse, "
+        "but the pairs compare trials that ran together"
+    )
+    assert m.note() == note
+    assert f"7 pairs, side by side; {note})" in m.reason
+    assert f"output_tokens_per_s: {note}" in result.table
+    [line] = result.result()["metrics"]
+    assert line["pairs_change_pct"] == pytest.approx(10.0)
+    [recorded] = bg_ledger.history(db)
+    assert note in recorded.reasons[0]

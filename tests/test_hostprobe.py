@@ -468,3 +468,27 @@ def test_default_cold_start_path():
     assert hp.ServiceProbe(unit="vllm.service").cold_start_file == (
         "/run/benchgate/vllm.service.ready.json"
     )
+
+
+def test_the_probe_reads_the_servers_configuration_without_its_secrets(tmp_path: Path) -> None:
+    """Issue 35, 3: the result carries the server's argv, the vLLM environment and its
+    CPUs, read from the running process; secret values never leave the host."""
+    from benchgate import serverconfig
+
+    proc = tmp_path / "proc" / "4242"
+    proc.mkdir(parents=True)
+    argv = ["/opt/vllm/bin/vllm", "serve", "tiny", "--api-key", "s3cret", "--max-num-seqs=1"]
+    (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    env = ["PATH=/usr/bin", "VLLM_USE_V1=1", "VLLM_API_KEY=s3cret", "HF_TOKEN=s3cret"]
+    (proc / "environ").write_bytes(b"\0".join(e.encode() for e in env))
+    (proc / "status").write_text("Name:\tvllm\nCpus_allowed_list:\t2-15\n", encoding="utf-8")
+    (proc / "stat").write_text("4242 (vllm) S 1 0 0", encoding="utf-8")
+    probe = hp.ServiceProbe(pid=4242, proc_root=str(tmp_path / "proc"))
+    probe.main_pid = 4242
+    config = probe.server_config()
+    assert config is not None
+    assert config["argv"] == [*argv[:4], "***", "--max-num-seqs=1"]
+    assert config["env"] == {"VLLM_USE_V1": "1"} and config["cpus"] == "2-15"
+    assert "s3cret" not in json.dumps(config)
+    assert serverconfig.config_text(config) == "tiny --max-num-seqs 1 VLLM_USE_V1=1 cpus=2-15"
+    assert hp.ServiceProbe(pid=1, proc_root=str(tmp_path / "none")).server_config() is None

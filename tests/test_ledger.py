@@ -329,7 +329,7 @@ def test_a_version_2_ledger_gains_the_stage_columns(tmp_path: Path) -> None:
     conn.close()
     assert ledger.check(db) == 2
     [old] = ledger.runs(db)
-    assert ledger.check(db) == ledger.SCHEMA_VERSION == 4
+    assert ledger.check(db) == ledger.SCHEMA_VERSION == 5
     assert old.stages is None and old.trials == [{"index": 0, "valid": True, "metrics": {}}]
 
 
@@ -353,3 +353,45 @@ def test_a_lost_host_is_kept_and_shown_by_history(tmp_path: Path, capsys: Any) -
     out = capsys.readouterr().out
     assert "hosts lost during a rollout" in out
     assert "a  lost  run r1: lost: it stopped answering" in out
+
+
+def test_a_version_4_ledger_gains_the_server_configuration_and_history_shows_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Issue 35, 3: runs keep the serving configuration (migration 5); an older
+    ledger's runs load without one, and history names each side's configuration by
+    its fingerprint, with the legend."""
+    from benchgate import serverconfig
+
+    db = tmp_path / "v4.sqlite"
+    conn = sqlite3.connect(db)
+    for script in ledger.MIGRATIONS[:4]:
+        conn.executescript(script)
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO schema_version VALUES (1, 'x'), (2, 'x'), (3, 'x'), (4, 'x')")
+    conn.execute(
+        "INSERT INTO runs (recorded_at, host, phase, result_sha256) VALUES ('t', 'old', 'b', 'x')"
+    )
+    conn.commit()
+    conn.close()
+    [old] = ledger.runs(db)
+    assert ledger.check(db) == 5 and old.server_config is None
+    starved = {"argv": ["vllm", "serve", "tiny", "--max-num-seqs", "1"], "env": {}, "cpus": "0-1"}
+    b = ledger.record_result(db, {"trials": []}, host="old", phase="baseline")
+    c = ledger.record_result(
+        db, {"trials": [], "server_config": starved}, host="old", phase="candidate"
+    )
+    assert ledger.runs(db, phase="candidate")[0].server_config == starved
+    ledger.record_verdict(
+        db,
+        {"verdict": "FAIL", "reasons": ["output_tokens_per_s: 43× slower"]},
+        host="old",
+        baseline_run_id=b,
+        candidate_run_id=c,
+    )
+    assert cli_gate.main(["history", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    fp = serverconfig.fingerprint(starved)
+    assert f"- -> {fp}" in out
+    assert "\n    output_tokens_per_s: 43× slower\n" in out  # the first reason, whole
+    assert f"  {fp}: tiny --max-num-seqs 1 cpus=0-1" in out

@@ -83,3 +83,16 @@ def test_no_table_or_reason_writes_the_typographic_minus_or_infinity() -> None:
 
 def _trial(tok_s: float) -> dict:
     return {"valid": True, "metrics": {"output_tokens_per_s": tok_s}}
+
+
+def test_a_change_beyond_twice_reads_as_a_factor() -> None:
+    """Issue 35, 4: a TTFT change printed as "4157.8% worse" reads "43× slower"; from a
+    factor of 2 either way (+100%, -50%) every change is a factor, in every writer."""
+    assert change_words(4157.8, higher_is_better=False) == "43× slower"
+    assert change_words(-97.65) == "43× slower"  # a throughput at 1/42.6
+    assert change_words(150.0) == "2.5× faster"
+    assert change_words(-60.0, higher_is_better=False) == "2.5× faster"
+    assert change_words(99.9) == "99.9% better" and change_words(-49.9) == "49.9% worse"
+    assert change_interval(4157.8, 900.0, 6000.0, higher_is_better=False, level=95) == (
+        "43× slower (95% interval 61× slower to 10× slower)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import html
 import json
 import random
 import re
@@ -803,10 +804,15 @@ def test_staged_verdict_names_the_failed_stage_with_its_estimate_and_interval(
         # In words, worst end first, as the gate's own table writes them.
         hi = "unbounded" if m.change_hi_pct is None else _words(m.change_hi_pct)
         interval = f"95% {_words(m.change_lo_pct)} to {hi}"  # alpha 0.025 per stage
+        # Issue 35: where the medians point the other way, the change is marked and
+        # the note under the table says why, in the words of the gate's reason.
+        change = _words(m.change_pct) + (" †" if m.note() else "")
+        if m.note():
+            assert html.escape(f"† {s.stage}, {TPUT}: {m.note()}") in page
         row = (
             f'{TPUT} *</td><td class="num">{m.baseline_median:,.2f}</td>'
             f'<td class="num">{m.candidate_median:,.2f}</td>'
-            f'<td class="num">{_words(m.change_pct)}</td><td class="num">{interval}</td>'
+            f'<td class="num">{html.escape(change)}</td><td class="num">{interval}</td>'
             f'<td class="num">5.0%</td><td>{m.verdict}</td>'
         )
         assert row in page, row
@@ -902,3 +908,100 @@ def test_staged_report_renders_in_chromium(tmp_path: Path) -> None:
     assert all(tags.get("svg") == 1 and tags.get("path", 0) >= 5 for tags in dom.figures.values())
     text = " ".join(" ".join(dom.text).split())
     assert "Stage single (concurrency 1)" in text and "Staged speculative A/B" in text
+
+
+# --------------------------------------------------------------------------
+# Issue 35: acceptance at every stage, configurations apart, layout
+# --------------------------------------------------------------------------
+
+
+def _with_acceptance(result: dict[str, Any], rate: float) -> dict[str, Any]:
+    """``result`` with server counters of speculative decoding in every trial, and its
+    stages' summaries again (they then carry ``spec.acceptance_rate``, flat-keyed)."""
+    for i, t in enumerate(result["trials"]):
+        here = rate + 0.01 * (i % 3)
+        t["server"] = {
+            "ok": True,
+            "spec_decode": {
+                "drafts": 100 + i,
+                "draft_tokens": 300,
+                "accepted_tokens": 300 * here,
+                "acceptance_rate": here,
+                "per_position_acceptance": [here],
+            },
+        }
+    for block in result["stages"]:
+        trials = [t for t in result["trials"] if t["stage"] == block["name"]]
+        block["summary"] = dataclasses.asdict(summarize_dicts(trials))
+    return result
+
+
+def test_stage_tables_show_the_acceptance_the_staged_ab_shows(tmp_path: Path) -> None:
+    """Issue 35, 2: the A/B table showed 68.3% and 46.3%, the stage tables "-": a
+    stage's summary keys its metrics flat ("spec.acceptance_rate"), which the report
+    read as a path. A gate's candidate of an arm ("candidate:arm:ngram-k3") is that arm."""
+    db = tmp_path / "ledger.sqlite"
+    levels = {"off": {"single": 100.0, "busy": 400.0}, "ngram-k3": {"single": 140.0, "busy": 300.0}}
+    arms = [ab.Arm("off", {}), ab.Arm("ngram-k3", {"method": "ngram", "num_speculative_tokens": 3})]
+    results = {
+        name: staged_result("0.32.0", lv, seed=i) for i, (name, lv) in enumerate(levels.items())
+    }
+    _with_acceptance(results["ngram-k3"], 0.683)
+    for arm in arms:
+        record(db, tmp_path, arm.name, results[arm.name], host="gpu-1", phase=f"arm:{arm.name}")
+    choice = ab.choose_staged(arms, results)
+    ledger.record_ab_choice(db, choice.to_dict(), host="gpu-1", release="0.32.0")
+    rep = report.load_report(db)
+    page = report.render_html(rep)
+    md = report.render_markdown(rep)
+    for st in ("single", "busy"):
+        here = next(a for a in choice.stages if a.stage == st).choice
+        rate = next(a for a in here.arms if a.name == "ngram-k3").acceptance_rate
+        assert rate is not None
+        shown = f"{100 * rate:.1f}%"
+        assert f'<td class="num">{shown}</td>' in stage_table(page, st)  # the A/B's figure
+        assert f"| {shown} |" in md.split(f"Stage **{st}")[1].split("Stage **")[0]
+    assert report.arm_of("candidate:arm:ngram-k3", None) == "ngram-k3"
+    assert report.arm_of("baseline:a-b-a", None) == "off"
+
+
+def test_runs_of_one_release_with_different_configurations_are_shown_apart(
+    tmp_path: Path,
+) -> None:
+    """Issue 35, 3: a starved candidate (--max-num-seqs 1) was averaged with the normal
+    runs of its release. Each configuration has its own row, a fingerprint and a legend;
+    a run recorded before configurations were kept still loads (no fingerprint)."""
+    from benchgate import serverconfig
+
+    db, res = tmp_path / "ledger.sqlite", tmp_path / "results"
+    normal = {"argv": ["/opt/vllm/bin/vllm", "serve", "tiny", "--port", "8000"], "env": {}}
+    starved = {**normal, "argv": [*normal["argv"], "--max-num-seqs", "1"]}
+    old = make_result("0.32.0", [400.0, 401.0, 402.0])
+    record(db, res, "old", old, host="gpu-1", phase="candidate")
+    for i, (config, level) in enumerate([(normal, 400.0), (normal, 410.0), (starved, 100.0)]):
+        result = {**make_result("0.32.0", [level, level + 1, level + 2]), "server_config": config}
+        record(db, res, f"r{i}", result, host="gpu-1", phase="candidate")
+    fp_normal, fp_starved = serverconfig.fingerprint(normal), serverconfig.fingerprint(starved)
+    assert fp_normal and fp_starved and fp_normal != fp_starved
+    # The port does not change what is measured; the fingerprint leaves it out.
+    moved = {**normal, "argv": [*normal["argv"][:3], "--port", "9000"]}
+    assert serverconfig.fingerprint(moved) == fp_normal
+    rep = report.load_report(db)
+    rows = {(r.config, r.runs, r.throughput) for r in report.arm_rows(rep.runs)}
+    assert rows == {("", 1, 401.0), (fp_normal, 2, 406.0), (fp_starved, 1, 101.0)}
+    page = report.render_html(rep)
+    text = " ".join(" ".join(parse(page).text).split())
+    assert "Serving configurations" in text
+    assert f"{fp_starved} 1 tiny --max-num-seqs 1" in text
+    assert f"{fp_normal} 2 tiny" in text
+    md = report.render_markdown(rep)
+    assert f"| 0.32.0 | off | {fp_starved} | 1 | 101.0 |" in md
+    assert f"| `{fp_starved}` | 1 | `tiny --max-num-seqs 1` |" in md
+
+
+def test_narrow_columns_break_between_words_not_inside_them() -> None:
+    """Issue 35, 4: the A/B choices table broke "release" into "rel / eas / e"
+    (overflow-wrap: anywhere lets the browser size a column below a word)."""
+    css = report.html_report._CSS
+    assert "anywhere" not in css and "break-all" not in css
+    assert "overflow-wrap: break-word" in css

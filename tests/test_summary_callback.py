@@ -97,9 +97,55 @@ def test_the_change_is_the_gates_estimate_with_its_interval() -> None:
             }
         }
     )
-    assert lines[1].split("0.31.0 -> 0.32.0")[1].split()[2:] == (
-        ["3.4%", "better", "(8.6%", "worse", "to", "13.0%", "better)", "INCONCLUSIVE"]
+    # Issue 35: beside the estimate, why the medians point the other way.
+    assert lines[1].split("0.31.0 -> 0.32.0")[1].split(None, 2)[2] == (
+        "3.4% better (8.6% worse to 13.0% better; each side's median: 4.4% worse, but the "
+        "estimate weighs every candidate trial against every baseline trial)  INCONCLUSIVE"
     )
+
+
+def test_side_by_side_the_line_gives_the_pairs_ratio_and_why_the_medians_fall() -> None:
+    """Issue 35: the demo printed "559.5  545.9  6.2% better (95% interval 6.5% worse
+    to 21.6% better)": medians falling, estimate rising, no word why. The line now
+    gives the median of the pairs' ratios the estimate comes from, and says why,
+    in the words of the gate's reason."""
+    from benchgate import rules
+
+    item = {
+        "from": "0.31.0",
+        "to": "0.32.0",
+        "before_tok_s": 559.5,
+        "after_tok_s": 545.9,
+        "change_pct": 6.2,
+        "change_lo_pct": -6.5,
+        "change_hi_pct": 21.6,
+        "interval_pct": 95,
+        "pairs_change_pct": 5.9,
+        "stage": "busy",
+        "verdict": "PASS",
+    }
+    line = summary.format_summary({"h": item})[1]
+    note = (
+        "the pairs' median ratio: 5.9% better; each side's median: 2.4% worse, but the "
+        "pairs compare trials that ran together"
+    )
+    assert f"6.2% better (95% interval 6.5% worse to 21.6% better; {note}) at busy" in line
+    # The gate's own line says the same words.
+    verdict = rules.MetricVerdict(
+        metric="output_tokens_per_s",
+        direction="higher",
+        verdict="PASS",
+        reason="",
+        critical=True,
+        max_regression_pct=5.0,
+        n_baseline=8,
+        n_candidate=8,
+        baseline_median=559.5,
+        candidate_median=545.9,
+        change_pct=6.2,
+        pairs_change_pct=5.9,
+    )
+    assert verdict.note() == note
 
 
 def test_a_staged_verdict_names_the_stage_its_figures_come_from() -> None:

@@ -36,7 +36,7 @@ import os
 
 from ansible.plugins.callback import CallbackBase
 
-from benchgate.numfmt import MISSING, change_interval, number
+from benchgate.numfmt import MISSING, change_interval, medians_note, number
 
 
 def _tok(value: object) -> str:
@@ -65,16 +65,25 @@ def _estimate(item: dict) -> str:
     """The gate's estimate of the change in tokens/s with its interval, in words
     (``2.5% better (90% interval 1.0% worse to 6.0% better)``; the level where
     the line carries it: 90% for one stage, 95% for each of two at the same
-    alpha); else the medians' change."""
+    alpha); else the medians' change. Beside the estimate, what it is computed
+    from and why the medians before and after can point the other way, in the
+    words of the gate's reasons (``benchgate.numfmt.medians_note``)."""
     change = _float(item.get("change_pct"))
     if change is None:
         medians = _change(item.get("before_tok_s"), item.get("after_tok_s"))
         return change_interval(medians, None, None)
+    note = medians_note(
+        _float(item.get("before_tok_s")),
+        _float(item.get("after_tok_s")),
+        change,
+        pairs_change=_float(item.get("pairs_change_pct")),
+    )
     return change_interval(
         change,
         _float(item.get("change_lo_pct")),
         _float(item.get("change_hi_pct")),
         level=_float(item.get("interval_pct")),
+        note=note,
     )
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from . import numfmt, ranks, serve, stages, table
 from .samples import clean_samples, count_trials, samples_from_result
+from .serverconfig import config_text, fingerprint
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
@@ -136,6 +137,9 @@ class ArmOutcome:
     gain_hi_pct: float | None = None  # one-sided upper bound
     status: str = ""  # winner, kept off, slower, not proven faster, failed, reference
     note: str = ""
+    # The serving configuration the arm ran (its result's server_config, see
+    # benchgate.serverconfig); None when the result does not say.
+    server_config: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -204,6 +208,8 @@ def _outcome(arm: Arm, result: Mapping[str, Any] | None, objective: str) -> ArmO
     out = ArmOutcome(name=arm.name, config=dict(arm.config))
     if not result:
         return out
+    server = result.get("server_config")
+    out.server_config = dict(server) if isinstance(server, Mapping) else None
     out.valid_trials, _ = count_trials(result)
     out.objective_median = _median_metric(result, objective)
     out.output_tokens_per_s = _median_metric(result, "output_tokens_per_s")
@@ -343,6 +349,20 @@ def _explain(objective: str, level: str) -> str:
     )
 
 
+def _config_lines(arms: Sequence[ArmOutcome]) -> list[str]:
+    """The legend of the arms' serving configurations by fingerprint; [] when none is known."""
+    legend = {
+        fingerprint(a.server_config): config_text(a.server_config)
+        for a in arms
+        if fingerprint(a.server_config)
+    }
+    if not legend:
+        return []
+    return ["config: the server's configuration as each arm ran it:"] + [
+        f"  {fp}: {text}" for fp, text in legend.items()
+    ]
+
+
 def render_table(choice: Choice) -> str:
     """The per-arm table (the field report's, per release): figures and outcome.
 
@@ -351,13 +371,16 @@ def render_table(choice: Choice) -> str:
     """
     level = table.interval_pct(choice.alpha)
     positions = max((len(a.per_position_acceptance) for a in choice.arms), default=0)
-    header = ["arm", "median tok/s", "TTFT ms", "TPOT ms", "accept", "len"]
+    configs = any(fingerprint(a.server_config) for a in choice.arms)
+    header = ["arm", *(["config"] if configs else []), "median tok/s", "TTFT ms", "TPOT ms"]
+    header += ["accept", "len"]
     header += [f"pos{i}" for i in range(positions)]
     header += [f"vs off ({level}% interval)", "outcome"]
     rows = [header]
     for a in choice.arms:
         row = [
             a.name,
+            *([fingerprint(a.server_config) or numfmt.MISSING] if configs else []),
             numfmt.number(a.output_tokens_per_s, 1),
             numfmt.number(a.ttft_ms, 1),
             numfmt.number(a.tpot_ms, 2),
@@ -376,10 +399,9 @@ def render_table(choice: Choice) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(
         lines
-        + [
-            _explain(choice.objective, level),
-            f"chosen: {choice.winner or 'none'}: {choice.reason}",
-        ]
+        + [_explain(choice.objective, level)]
+        + _config_lines(choice.arms)
+        + [f"chosen: {choice.winner or 'none'}: {choice.reason}"]
     )
 
 
@@ -728,9 +750,12 @@ def render_staged_table(choice: StagedChoice) -> str:
     """Every arm at every stage: medians, the change against off, the outcome there."""
     alpha = choice.stages[0].alpha if choice.stages else 0.0
     level = table.interval_pct(alpha)
+    every = [a for st in choice.stages for a in st.choice.arms]
+    configs = any(fingerprint(a.server_config) for a in every)
     header = [
         "stage",
         "arm",
+        *(["config"] if configs else []),
         "median tok/s",
         "TTFT ms",
         "TPOT ms",
@@ -746,6 +771,7 @@ def render_staged_table(choice: StagedChoice) -> str:
                 [
                     s.stage if i == 0 else "",
                     a.name,
+                    *([fingerprint(a.server_config) or numfmt.MISSING] if configs else []),
                     numfmt.number(a.output_tokens_per_s, 1),
                     numfmt.number(a.ttft_ms, 1),
                     numfmt.number(a.tpot_ms, 2),
@@ -763,6 +789,7 @@ def render_staged_table(choice: StagedChoice) -> str:
     lines += [
         f"stages: {loads}; judged at alpha {alpha:.3g} per stage",
         _explain(choice.objective, level),
+        *_config_lines(list({a.name: a for a in every}.values())),
         f"rule: {choice.rule}{default}",
         *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
         *(f"by load: {hint.advice()}" for hint in drafting_by_load(choice)),

@@ -498,6 +498,7 @@ def attach_host_figures(result: Result, probe: ServiceProbe, workload: Workload)
     result.roofline = figures["roofline"]
     result.service_memory = figures["service_memory"]
     result.cold_start = figures["cold_start"]
+    result.server_config = probe.server_config()
 
 
 # --------------------------------------------------------------- Ansible module glue

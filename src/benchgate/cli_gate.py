@@ -15,11 +15,12 @@ import argparse
 import json
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 from . import gate, ledger, rules, stages
+from .serverconfig import config_text, fingerprint
 
 EXIT_CODES = {rules.PASS: 0, rules.FAIL: 1, rules.INCONCLUSIVE: 2}
 EXIT_BAD_INPUT = 3
@@ -128,28 +129,47 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _history_table(records: Sequence[ledger.VerdictRecord]) -> str:
+def _history_table(
+    records: Sequence[ledger.VerdictRecord], configs: Mapping[int, Mapping[str, Any]] | None = None
+) -> str:
+    """The verdicts, one row each with the fingerprints of the serving configurations
+    judged (baseline -> candidate, :mod:`benchgate.serverconfig`), its first reason
+    whole beneath it (the words the ledger, the report and the summary give), then
+    the legend of the fingerprints."""
     if not records:
         return "no verdicts recorded"
-    rows = [("when (UTC)", "host", "release", "from", "phase", "verdict", "first reason")]
+    configs = configs or {}
+
+    def config(run_id: int | None) -> str:
+        return (fingerprint(configs.get(run_id)) if run_id is not None else None) or "-"
+
+    rows = [("when (UTC)", "host", "release", "from", "config", "phase", "verdict")]
+    reasons = []
     for r in records:
-        reason = r.reasons[0] if r.reasons else ""
-        if len(reason) > 90:
-            reason = reason[:89] + "…"
         rows.append(
             (
                 r.recorded_at[:19].replace("T", " "),
                 r.host,
                 r.release or "-",
                 r.baseline_release or "-",
+                f"{config(r.baseline_run_id)} -> {config(r.candidate_run_id)}",
                 r.phase or "-",
                 r.verdict,
-                reason,
             )
         )
+        reasons.append(r.reasons[0] if r.reasons else "")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = ["  ".join(c.ljust(w) for c, w in zip(rows[0], widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row, reason in zip(rows[1:], reasons):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if reason:
+            lines.append(f"    {reason}")
+    legend = {fingerprint(c): config_text(c) for c in configs.values() if fingerprint(c)}
+    if legend:
+        lines.append("")
+        lines.append("config: the serving configurations judged (baseline -> candidate):")
+        lines.extend(f"  {fp}: {text}" for fp, text in legend.items())
     return "\n".join(lines)
 
 
@@ -168,7 +188,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
     else:
-        print(_history_table(records))
+        ids = [i for r in records for i in (r.baseline_run_id, r.candidate_run_id) if i]
+        print(_history_table(records, ledger.server_configs(args.db, ids)))
         events = [
             e
             for e in ledger.host_events(args.db, args.host)

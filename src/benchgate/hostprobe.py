@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import nvidia_smi
+from .serverconfig import read_server_config
 
 # --------------------------------------------------------------------- safetensors
 
@@ -622,6 +623,13 @@ class ServiceProbe:
         self.samples[label] = memory_sample(
             self.main_pid, self.control_group, self.gpus, at, self._proc_root, self._cgroup_root
         )
+
+    def server_config(self) -> dict[str, Any] | None:
+        """The server's configuration (:func:`benchgate.serverconfig.read_server_config`)
+        from its main process; None when no process was found or it cannot be read."""
+        if self.main_pid is None:
+            return None
+        return read_server_config(self.main_pid, self._proc_root)
 
     def memory_report(self) -> dict[str, Any]:
         have = any(

@@ -113,6 +113,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX host_events_host_time ON host_events (host, recorded_at);
     """,
+    # 5: the serving configuration a run measured (the result's server_config:
+    # the server's argv, environment and CPUs; NULL: not known).
+    """
+    ALTER TABLE runs ADD COLUMN server_json TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -433,6 +438,9 @@ def record_result(
     ``None`` = not known).
     """
     meta = result_metadata(result)
+    server_config = result.get("server_config")
+    if not isinstance(server_config, Mapping):
+        server_config = None
     host = host or meta["host"]
     if not host:
         raise ValueError("record_result needs a host (argument or 'host' in the result)")
@@ -445,8 +453,8 @@ def record_result(
         cur = conn.execute(
             "INSERT INTO runs (recorded_at, started_at, finished_at, host, phase, model, "
             "release, hardware_json, unit_hash, workload_name, workload_hash, schema, "
-            "summary_json, result_sha256, speculative_json, stages_json) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "summary_json, result_sha256, speculative_json, stages_json, server_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 recorded_at or utcnow(),
                 meta["started_at"],
@@ -464,6 +472,7 @@ def record_result(
                 digest,
                 None if speculative is None else _dumps(dict(speculative)),
                 None if not result.get("stages") else _dumps(result["stages"]),
+                None if not server_config else _dumps(dict(server_config)),
             ),
         )
         run_id = int(cur.lastrowid or 0)
@@ -564,6 +573,25 @@ def host_events(db: DbLike, host: str | None = None) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------
 
 
+def server_configs(db: DbLike, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """run id -> the serving configuration recorded with it (runs without one are left out)."""
+    ids = sorted({int(i) for i in run_ids})
+    if not ids:
+        return {}
+    marks = ", ".join("?" for _ in ids)
+    with _open(db) as conn:
+        rows = conn.execute(
+            f"SELECT id, server_json FROM runs WHERE id IN ({marks}) AND server_json IS NOT NULL",
+            ids,
+        ).fetchall()
+    out = {}
+    for row in rows:
+        config = _loads(row["server_json"])
+        if isinstance(config, dict):
+            out[int(row["id"])] = config
+    return out
+
+
 @dataclass(frozen=True)
 class RunRecord:
     id: int
@@ -581,6 +609,8 @@ class RunRecord:
     speculative: dict[str, Any] | None = None
     # Staged results: the result's ``stages`` block; each trial dict then has "stage".
     stages: list[dict[str, Any]] | None = None
+    # The result's server_config (benchgate.serverconfig); None: not known.
+    server_config: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -686,6 +716,7 @@ def runs(
                     trials=trials,
                     speculative=_loads(row["speculative_json"]),
                     stages=_loads(row["stages_json"]),
+                    server_config=_loads(row["server_json"]),
                 )
             )
     return out

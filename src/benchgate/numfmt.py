@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MISSING", "change_interval", "change_words", "figure", "number", "pct_change"]
+__all__ = [
+    "MISSING",
+    "change_interval",
+    "change_words",
+    "factor_words",
+    "figure",
+    "medians_note",
+    "number",
+    "pct_change",
+]
 
 #: What a table shows for a figure that was not measured.
 MISSING = "-"
@@ -59,24 +68,97 @@ def figure(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+#: From this factor on (either way) a change is written as a factor, ``42× slower``:
+#: "4157.8% worse" is hard to read, and a halving is as far as a doubling.
+FACTOR_FROM = 2.0
+
+
+def factor_words(ratio: float, worse: bool) -> str:
+    """A ratio of 2 or more (or 1/2 or less) as a factor: ``2.5× slower``, ``42× faster``.
+
+    Slower is the worse way, whatever the metric's direction; one decimal
+    below 10.
+
+    >>> factor_words(42.578, worse=True), factor_words(0.4, worse=False)
+    ('43× slower', '2.5× faster')
+    """
+    size = ratio if ratio >= 1 else 1.0 / ratio
+    digits = 0 if size >= 10 else 1
+    return f"{size:.{digits}f}× {'slower' if worse else 'faster'}"
+
+
 def change_words(value: float | None, higher_is_better: bool = True) -> str:
     """A relative change in % in words, oriented for the metric: ``4.1% worse``, ``2.0% better``.
 
-    Below 0.05% it is ``no change``; an unbounded change (a ratio against
-    zero) is ``unbounded``; MISSING for None.
+    Below 0.05% it is ``no change``; from a factor of :data:`FACTOR_FROM` on,
+    either way (+100% or -50%), a factor (:func:`factor_words`): ``42× slower``;
+    an unbounded change (a ratio against zero) is ``unbounded``; MISSING for None.
 
     >>> change_words(-4.14), change_words(-4.14, higher_is_better=False), change_words(0.01)
     ('4.1% worse', '4.1% better', 'no change')
+    >>> change_words(4157.8, higher_is_better=False), change_words(-60.0), change_words(99.9)
+    ('43× slower', '2.5× slower', '99.9% better')
     """
     if value is None:
         return MISSING
-    if math.isinf(value) or math.isnan(value):
+    if math.isinf(value) or math.isnan(value) or value <= -100.0:
         return "unbounded"
     size = abs(value)
     if size < 0.05:
         return "no change"
     worse = value < 0 if higher_is_better else value > 0
+    ratio = 1.0 + value / 100.0
+    if ratio >= FACTOR_FROM or ratio <= 1.0 / FACTOR_FROM:
+        return factor_words(ratio, worse)
     return f"{size:.1f}% {'worse' if worse else 'better'}"
+
+
+def medians_note(
+    baseline: float | None,
+    candidate: float | None,
+    change: float | None,
+    higher_is_better: bool = True,
+    pairs_change: float | None = None,
+    paired: bool | None = None,
+) -> str:
+    """What the estimate ``change`` (in %) is computed from, in words, and why each
+    side's median can point the other way; "" when there is nothing to add.
+
+    ``pairs_change`` is the median of the pairs' ratios, in %, of a side-by-side
+    comparison (None: two samples, or a verdict recorded before it was kept:
+    ``paired`` then says which). Every place that shows a verdict writes
+    these words beside the estimate: the reasons, the gate's table, the
+    summary, the report and the history.
+
+    >>> print(medians_note(559.5, 545.9, 6.2, pairs_change=5.9))  # doctest: +NORMALIZE_WHITESPACE
+    the pairs' median ratio: 5.9% better; each side's median: 2.4% worse, but the pairs compare
+    trials that ran together
+    >>> print(medians_note(100.0, 98.0, 3.0))  # doctest: +NORMALIZE_WHITESPACE
+    each side's median: 2.0% worse, but the estimate weighs every candidate trial against every
+    baseline trial
+    >>> medians_note(100.0, 103.0, 3.0), medians_note(None, 1.0, 2.0)
+    ('', '')
+    """
+    words = []
+    if pairs_change is not None:
+        words.append(f"the pairs' median ratio: {change_words(pairs_change, higher_is_better)}")
+    if change is not None and baseline and candidate is not None:
+        medians = (candidate / baseline - 1.0) * 100.0
+
+        def way(value: float) -> int:
+            if abs(value) < 0.05:
+                return 0
+            return 1 if (value > 0) == higher_is_better else -1
+
+        if way(medians) * way(change) < 0:
+            why = (
+                "the pairs compare trials that ran together"
+                if (pairs_change is not None if paired is None else paired)
+                else "the estimate weighs every candidate trial against every baseline trial"
+            )
+            medians_words = change_words(medians, higher_is_better)
+            words.append(f"each side's median: {medians_words}, but {why}")
+    return "; ".join(words)
 
 
 def change_interval(
@@ -85,12 +167,14 @@ def change_interval(
     hi: float | None,
     higher_is_better: bool = True,
     level: float | None = None,
+    note: str = "",
 ) -> str:
     """One estimate of a change with its interval, in words: worst end first.
 
     ``lo`` and ``hi`` are the interval's ends as signed changes in %; ``level``
-    the interval's confidence in %, named when given. Without an interval, only
-    the estimate; MISSING without an estimate.
+    the interval's confidence in %, named when given; ``note`` (:func:`medians_note`)
+    follows the interval. Without an interval, only the estimate; MISSING
+    without an estimate.
 
     >>> change_interval(2.5, -1.0, 6.0)
     '2.5% better (1.0% worse to 6.0% better)'
@@ -105,8 +189,9 @@ def change_interval(
         return MISSING
     head = change_words(value, higher_is_better)
     if lo is None or hi is None:
-        return head
+        return f"{head} ({note})" if note else head
     worst, best = (lo, hi) if higher_is_better else (hi, lo)
     ends = [change_words(end, higher_is_better) for end in (worst, best)]
     named = f"{level:g}% interval " if level is not None else ""
-    return f"{head} ({named}{ends[0]} to {ends[1]})"
+    tail = f"; {note}" if note else ""
+    return f"{head} ({named}{ends[0]} to {ends[1]}{tail})"

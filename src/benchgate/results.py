@@ -193,6 +193,9 @@ class Result:
     # alternated with another server's, {"id", "side", "with", "order"}; the
     # gate leaves the run-to-run spread out of a comparison of such a pair.
     interleaved: dict[str, Any] | None = None
+    # The serving configuration measured (benchgate.serverconfig: the server's
+    # argv, environment and CPUs); null when unknown, and in older results.
+    server_config: dict[str, Any] | None = None
 
     def to_dict(self, include_requests: bool = True) -> dict[str, Any]:
         data = asdict(self)

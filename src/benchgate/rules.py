@@ -81,8 +81,11 @@ Reasons
 -------
 Every reason tells one story: the Hodges-Lehmann estimate of the change and
 its two-sided ``2*confidence - 1`` interval, in words ("4.1% worse than the
-baseline's 369.1 tok/s (90% interval 8.6% worse to 13.0% better)"); the
-candidate's median is not shown, since it can point the other way.
+baseline's 369.1 tok/s (90% interval 8.6% worse to 13.0% better)"). Side by
+side it adds the median of the pairs' ratios, which the estimate is computed
+from; and where each side's median points the other way than the estimate,
+it says so and why (:func:`benchgate.numfmt.medians_note`), in the words that
+every other place showing a verdict uses.
 """
 
 from __future__ import annotations
@@ -253,8 +256,22 @@ class MetricVerdict:
     runs_baseline: int = 1
     runs_candidate: int = 1
     run_spread_pct: float = 0.0
+    # Side by side: the median of the pairs' ratios as a change in % (None: two
+    # samples), which the reasons give beside the estimate.
+    pairs_change_pct: float | None = None
     # The stage this line judges, in the flat list of a staged verdict.
     stage: str | None = None
+
+    def note(self) -> str:
+        """What the estimate is computed from, and why the medians can point the
+        other way (:func:`benchgate.numfmt.medians_note`); "" when nothing to add."""
+        return numfmt.medians_note(
+            self.baseline_median,
+            self.candidate_median,
+            self.change_pct,
+            self.direction != Direction.LOWER.value,
+            self.pairs_change_pct,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         figures = {k: _json_number(v) for k, v in asdict(self).items() if k != "stage"}
@@ -477,8 +494,10 @@ def judge_metric(
         return MetricVerdict(verdict=INCONCLUSIVE, reason=why + ")", **common)
 
     runs = (common["runs_baseline"], common["runs_candidate"])
+    pairs_change = None
     if cfg.paired:
         est = signed_rank_shift(b, c, cfg.alpha)
+        pairs_change = (median([y / x for x, y in zip(b, c, strict=True)]) - 1.0) * 100.0
     else:
         est = widen_for_runs(hodges_lehmann(b, c, cfg.alpha), cfg.run_spread_pct, runs, cfg.alpha)
     change = est.change * 100.0
@@ -496,6 +515,13 @@ def judge_metric(
     # way is worse: the medians of the two sides can point the other way.
     worst, best = (lo, hi) if direction is Direction.HIGHER else (hi, lo)
     aside = b_aside + c_aside
+    note = numfmt.medians_note(
+        common["baseline_median"],
+        common["candidate_median"],
+        change,
+        direction is Direction.HIGHER,
+        pairs_change,
+    )
     head = (
         f"{spec.name}: {_worse_better(change, direction)} "
         f"{'from' if _worse_better(change, direction) == 'no change' else 'than'} the baseline's "
@@ -508,6 +534,7 @@ def judge_metric(
             else ""
         )
         + (f"; {len(b)} pairs, side by side" if cfg.paired else "")
+        + (f"; {note}" if note else "")
         + ")"
     )
 
@@ -552,6 +579,7 @@ def judge_metric(
     return MetricVerdict(
         verdict=verdict,
         reason=reason,
+        pairs_change_pct=pairs_change,
         change_pct=change,
         change_lo_pct=lo,
         change_hi_pct=hi,

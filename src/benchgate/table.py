@@ -54,6 +54,7 @@ def _metrics_table(verdict: Verdict) -> str:
         "medians: of each side's trials; change: the Hodges-Lehmann estimate of the "
         "change and its interval, as in the reasons (the medians can point the other way)"
     )
+    lines.extend(f"  {m.metric}: {m.note()}" for m in verdict.metrics if m.note())
     lines.append(f"verdict: {verdict.verdict}   (* critical)")
     lines.extend(f"  - {r}" for r in verdict.reasons)
     lines.extend(f"  ! {w}" for w in verdict.warnings)

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..numfmt import MISSING, change_interval, change_words, number
+from ..numfmt import MISSING, change_interval, change_words, medians_note, number
+from ..serverconfig import config_text
 from .data import NOT_MEASURED, OFF, RunView, median, num, roofline_efficiency
 
 
@@ -34,6 +35,8 @@ class ArmRow:
     per_position: list[float] | None
     # The A/B's interval of that change (lower, upper), when the ledger has it.
     change_vs_off_interval: tuple[float, float] | None = None
+    # The serving configuration's fingerprint ("": not known), see config_legend.
+    config: str = ""
 
 
 def ab_estimates(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
@@ -48,6 +51,18 @@ def ab_estimates(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
             gain = num(arm.get("gain_pct")) if isinstance(arm, Mapping) else None
             if gain is not None:
                 out[(str(choice.get("release")), str(arm.get("name")))] = gain
+    return out
+
+
+def ab_acceptance(choices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """(release, arm) -> the latest A/B's acceptance rate of the arm (accepted over
+    drafted tokens, over its trials), so the report shows the A/B table's figure."""
+    out: dict[tuple[str, str], float] = {}
+    for choice in choices:
+        for arm in choice.get("arms") or []:
+            rate = num(arm.get("acceptance_rate")) if isinstance(arm, Mapping) else None
+            if rate is not None:
+                out[(str(choice.get("release")), str(arm.get("name")))] = rate
     return out
 
 
@@ -67,20 +82,35 @@ def ab_intervals(
 
 
 def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ()) -> list[ArmRow]:
-    """Per release and arm: medians over the runs, and the change of tokens/s against off:
-    the A/B's own estimate where the ledger has it (``choices``), else the medians' ratio."""
+    """Per release, arm and serving configuration: medians over the runs, and the change
+    of tokens/s against off: the A/B's own estimate where the ledger has it (``choices``),
+    else the medians' ratio; the acceptance rate the A/B's where it has one, else the
+    median over the runs."""
     estimates = ab_estimates(choices)
     intervals = ab_intervals(choices)
-    groups: dict[tuple[str, str], list[RunView]] = {}
+    accepted = ab_acceptance(choices)
+    groups: dict[tuple[str, str, str], list[RunView]] = {}
     for r in runs:
-        groups.setdefault((r.release, r.arm), []).append(r)
-    off = {rel: median(x.throughput for x in rs) for (rel, arm), rs in groups.items() if arm == OFF}
+        groups.setdefault((r.release, r.arm, r.config), []).append(r)
+    # Off of the same release and configuration; else of the release's runs whose
+    # configuration is not known (the A/B's arms differ in their speculative flags).
+    off = {
+        (rel, cfg): median(x.throughput for x in rs)
+        for (rel, arm, cfg), rs in groups.items()
+        if arm == OFF
+    }
+    offs: dict[str, list[float]] = {}
+    for (rel, _), value in off.items():
+        if value is not None:
+            offs.setdefault(rel, []).append(value)
     rows = []
-    for (rel, arm), rs in sorted(
-        groups.items(), key=lambda kv: (release_key(kv[0][0]), arm_key(kv[0][1]))
+    for (rel, arm, cfg), rs in sorted(
+        groups.items(), key=lambda kv: (release_key(kv[0][0]), arm_key(kv[0][1]), kv[0][2])
     ):
         tput = median(x.throughput for x in rs)
-        base = off.get(rel)
+        base = off.get((rel, cfg))
+        if base is None and len(offs.get(rel, [])) == 1:
+            base = offs[rel][0]
         change = estimates.get((rel, arm))
         change_from_ab = change is not None
         if change is None and arm != OFF and base and tput is not None:
@@ -95,13 +125,38 @@ def arm_rows(runs: Sequence[RunView], choices: Sequence[Mapping[str, Any]] = ())
                 ttft_ms=median(x.ttft_ms for x in rs),
                 tpot_ms=median(x.tpot_ms for x in rs),
                 change_vs_off_pct=change,
-                acceptance_rate=median(x.acceptance_rate for x in rs),
+                acceptance_rate=accepted.get((rel, arm), median(x.acceptance_rate for x in rs)),
                 per_position=_mean_lists([x.per_position for x in rs if x.per_position])
                 or latest_pp,
                 change_vs_off_interval=intervals.get((rel, arm)) if change_from_ab else None,
+                config=cfg,
             )
         )
     return rows
+
+
+def series_name(release: str, arm: str, config: str = "") -> str:
+    """A chart series' name: release, arm and, when known, the configuration's fingerprint."""
+    return f"{release} · spec {arm}" + (f" · {config}" if config else "")
+
+
+def config_legend(runs: Sequence[RunView]) -> list[tuple[str, str, int]]:
+    """Every serving configuration among ``runs``: (fingerprint, its settings, how
+    many runs), in order of first appearance; [] when no run's configuration is known."""
+    seen: dict[str, tuple[str, int]] = {}
+    for r in sorted(runs, key=lambda r: (r.recorded_at, r.id)):
+        if r.config:
+            text, count = seen.get(r.config, (config_text(r.server_config), 0))
+            seen[r.config] = (text, count + 1)
+    return [(fp, text, count) for fp, (text, count) in seen.items()]
+
+
+CONFIG_NOTE = (
+    "config: a fingerprint of the server's configuration (the arguments after serve, "
+    "without --host, --port and the like, the vLLM environment and the CPUs), read from "
+    "its running process; runs of one release with different configurations are shown "
+    'apart. "-": not recorded (a run from before benchgate kept it).'
+)
 
 
 def vs_off_text(row: ArmRow) -> str:
@@ -309,6 +364,20 @@ def interval_text(lo: Any, hi: Any, higher_is_better: bool = True) -> str:
     return f"{low} to {high}" if higher_is_better else f"{high} to {low}"
 
 
+def metric_note(m: Mapping[str, Any]) -> str:
+    """A recorded metric line's :func:`~benchgate.numfmt.medians_note`: what its
+    estimate is computed from, and why its medians can point the other way. A
+    line recorded before the pairs' ratio was kept says side by side in its reason."""
+    return medians_note(
+        num(m.get("baseline_median")),
+        num(m.get("candidate_median")),
+        num(m.get("change_pct")),
+        m.get("direction", "higher") != "lower",
+        num(m.get("pairs_change_pct")),
+        paired="pairs, side by side" in str(m.get("reason") or ""),
+    )
+
+
 @dataclass(frozen=True)
 class StageMetricRow:
     """One metric of one stage of a staged verdict, its figures as text."""
@@ -326,6 +395,18 @@ class StageMetricRow:
     interval: str
     limit: str
     verdict: str
+    # What the change is computed from and why the medians differ ("" if nothing to
+    # add); the change then ends in NOTE_MARK, and the note follows the table.
+    note: str = ""
+
+
+#: Marks a change whose note (:func:`metric_note`) follows the table.
+NOTE_MARK = " †"
+
+
+def metric_notes(rows: Sequence[StageMetricRow]) -> list[str]:
+    """The notes of the rows that have one, as the lines under their table say them."""
+    return [f"† {r.stage}, {r.metric}: {r.note}" for r in rows if r.note]
 
 
 def staged_verdict_rows(view: StagedVerdictView) -> list[StageMetricRow]:
@@ -349,7 +430,9 @@ def staged_verdict_rows(view: StagedVerdictView) -> list[StageMetricRow]:
                     critical=bool(m.get("critical")),
                     baseline=number(num(m.get("baseline_median")), 2),
                     candidate=number(num(m.get("candidate_median")), 2),
-                    change=change_words(num(m.get("change_pct")), higher),
+                    change=change_words(num(m.get("change_pct")), higher)
+                    + (NOTE_MARK if metric_note(m) else ""),
+                    note=metric_note(m),
                     interval=(
                         level
                         + interval_text(m.get("change_lo_pct"), m.get("change_hi_pct"), higher)
@@ -437,9 +520,10 @@ STAGED_VERDICT_HEADERS = (
 )
 STAGED_VERDICT_NOTE = (
     "baseline, candidate: the trials' medians at that stage; change: the gate's "
-    "Hodges-Lehmann estimate; interval: its two-sided interval at the stage's alpha (each "
-    "bound one-sided at alpha); * critical. The host passes only when every stage passes; "
-    "each stage's reasons follow its table."
+    "Hodges-Lehmann estimate († what it is computed from, where the medians point the "
+    "other way or the sides ran as pairs, follows the table); interval: its two-sided "
+    "interval at the stage's alpha (each bound one-sided at alpha); * critical. The host "
+    "passes only when every stage passes; each stage's reasons follow its table."
 )
 STAGED_AB_HEADERS = (
     "stage",

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .aggregates import ArmRow, arm_key, release_key
+from .aggregates import ArmRow, arm_key, release_key, series_name
 from .data import RunView
 
 # Colours of the charts (matplotlib's "tab10"); the page's own CSS uses none of them.
@@ -98,10 +98,10 @@ def chart_over_time(
         return None
     import matplotlib.dates as mdates
 
-    series: dict[tuple[str, str], list[RunView]] = {}
+    series: dict[tuple[str, str, str], list[RunView]] = {}
     for r in timed:
-        series.setdefault((r.release, r.arm), []).append(r)
-    order = sorted(series, key=lambda k: (release_key(k[0]), arm_key(k[1])))
+        series.setdefault((r.release, r.arm, r.config), []).append(r)
+    order = sorted(series, key=lambda k: (release_key(k[0]), arm_key(k[1]), k[2]))
     with _rc():
         fig = _figure(9.0, 6.4)
         axes = fig.subplots(3, 1, sharex=True)
@@ -109,7 +109,7 @@ def chart_over_time(
         for i, key in enumerate(order):
             rs = series[key]
             color = PALETTE[i % len(PALETTE)]
-            label = _mpl_text(f"{key[0]} · spec {key[1]}")
+            label = _mpl_text(series_name(*key))
             for ax, (_, get) in zip(axes, panels):
                 pts = [(r.when, get(r)) for r in rs if get(r) is not None]
                 _line(ax, pts, color, label if ax is axes[0] else None)
@@ -139,19 +139,23 @@ def chart_spec_ab(rows: Sequence[ArmRow], salt: str) -> str | None:
     if not rows:
         return None
     releases = sorted({r.release for r in rows}, key=release_key)
-    arms = sorted({r.arm for r in rows}, key=arm_key)
+    # One bar per arm and configuration (its fingerprint, when known).
+    arms = sorted({(r.arm, r.config) for r in rows}, key=lambda a: (arm_key(a[0]), a[1]))
     width = 0.8 / len(arms)
     with _rc():
         fig = _figure(max(4.5, 1.6 * len(releases) + 2.5), 3.4)
         ax = fig.subplots()
-        for j, arm in enumerate(arms):
+        for j, (arm, config) in enumerate(arms):
             xs, ys = [], []
             for i, rel in enumerate(releases):
-                row = next((r for r in rows if r.release == rel and r.arm == arm), None)
+                row = next(
+                    (r for r in rows if (r.release, r.arm, r.config) == (rel, arm, config)), None
+                )
                 if row is not None and row.throughput is not None:
                     xs.append(i - 0.4 + width * (j + 0.5))
                     ys.append(row.throughput)
-            bars = ax.bar(xs, ys, width=width * 0.95, label=_mpl_text(f"spec {arm}"))
+            name = f"spec {arm}" + (f" · {config}" if config else "")
+            bars = ax.bar(xs, ys, width=width * 0.95, label=_mpl_text(name))
             ax.bar_label(bars, fmt="%.0f", fontsize=7)
         ax.set_xticks(range(len(releases)), [_mpl_text(r) for r in releases])
         ax.margins(y=0.2)
@@ -198,8 +202,8 @@ def chart_stages(
     """Every stage side by side: tokens/s, TTFT and TPOT medians (one panel each), the
     stages on the x axis in the order they ran, one series per release and arm."""
     keys = sorted(
-        {(r.release, r.arm) for _, rows in stages for r in rows},
-        key=lambda k: (release_key(k[0]), arm_key(k[1])),
+        {(r.release, r.arm, r.config) for _, rows in stages for r in rows},
+        key=lambda k: (release_key(k[0]), arm_key(k[1]), k[2]),
     )
     if not keys or not any(r.throughput is not None for _, rows in stages for r in rows):
         return None
@@ -213,13 +217,13 @@ def chart_stages(
         panels = _PANELS
         for i, key in enumerate(keys):
             color = PALETTE[i % len(PALETTE)]
-            label = _mpl_text(f"{key[0]} · spec {key[1]}")
+            label = _mpl_text(series_name(*key))
             for ax, (_, get) in zip(axes, panels):
                 pts = [
                     (x, get(row))
                     for x, (_, rows) in enumerate(stages)
                     for row in rows
-                    if (row.release, row.arm) == key and get(row) is not None
+                    if (row.release, row.arm, row.config) == key and get(row) is not None
                 ]
                 _line(ax, pts, color, label if ax is axes[0] else None)
         for ax, (ylabel, _) in zip(axes, panels):

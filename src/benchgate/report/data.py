@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import ledger
+from ..serverconfig import fingerprint
 
 OFF = "off"
 NOT_MEASURED = "not measured"
@@ -65,6 +66,10 @@ class RunView:
     # A staged run: every stage's figures, in the order they ran (empty: unstaged). The
     # run's own throughput, TTFT and TPOT then pool all stages' trials.
     stages: tuple[StageFigures, ...] = ()
+    # The serving configuration measured (benchgate.serverconfig), and its
+    # fingerprint ("" when not known: a run recorded before it was kept).
+    server_config: dict[str, Any] | None = None
+    config: str = ""
 
     @property
     def when(self) -> datetime | None:
@@ -174,11 +179,16 @@ def speculative_label(spec: Mapping[str, Any] | None) -> str:
 def arm_of(phase: str | None, speculative: Mapping[str, Any] | None) -> str:
     """The speculative arm of a run: the phase's arm label, else its speculative mapping.
 
-    ``arm:ngram-k3`` names the arm (``arm:off`` is off); ``arm-ngram-k3`` and
-    ``spec:ngram-k3``, which older releases wrote, still do; other phases
+    ``arm:ngram-k3`` names the arm (``arm:off`` is off), also as a gate's side
+    (``candidate:arm:ngram-k3``); ``arm-ngram-k3`` and ``spec:ngram-k3``, which
+    older releases wrote, still do; other phases
     (``baseline``, ``candidate``) take the name from the mapping; no mapping is "off".
     """
     p = (phase or "").strip()
+    # A gate's side with an arm: "candidate:arm:ngram-k3" (the staged upgrade's).
+    head, sep, tail = p.partition(":")
+    if sep and head.lower() in ("baseline", "candidate") and ":" in tail:
+        p = tail
     for prefix in ("arm:", "arm-", "spec:", "spec-"):
         if p.lower().startswith(prefix) and len(p) > len(prefix):
             rest = p[len(prefix) :]
@@ -272,7 +282,16 @@ def _per_position(result: Any, trials: Sequence[Mapping[str, Any]]) -> list[floa
 
 
 def _summary_median(summary: Any, name: str) -> float | None:
-    return num(_get(summary, f"metrics.{name}.median")) if isinstance(summary, Mapping) else None
+    """The median of metric ``name`` in a result's summary. Its metrics are keyed by
+    flat, dotted names (``ttft_ms.median``, ``spec.acceptance_rate``), which a
+    dotted path cannot reach; a nested spelling is read too."""
+    metrics = summary.get("metrics") if isinstance(summary, Mapping) else None
+    if not isinstance(metrics, Mapping):
+        return None
+    flat = metrics.get(name)
+    if isinstance(flat, Mapping):
+        return num(flat.get("median"))
+    return num(_get(metrics, f"{name}.median"))
 
 
 def _trial_values(trials: Sequence[Mapping[str, Any]], path: str) -> list[float]:
@@ -368,6 +387,10 @@ def _run_view(
         roofline = _find_roofline(*docs, {"summary": run.summary})
     tput, samples, ttft, tpot, acc = _figures(run.summary, run.trials)
     per_pos = _per_position(result, run.trials)
+    server = getattr(run, "server_config", None)  # the ledger's server_json column
+    if not isinstance(server, Mapping) and isinstance(result, Mapping):
+        server = result.get("server_config")
+    server = dict(server) if isinstance(server, Mapping) else None
     return RunView(
         id=run.id,
         recorded_at=run.recorded_at,
@@ -388,6 +411,8 @@ def _run_view(
         roofline=dict(roofline) if isinstance(roofline, Mapping) else None,
         result_source=source,
         stages=_stage_figures(run),
+        server_config=server,
+        config=fingerprint(server) or "",
     )
 
 

@@ -11,15 +11,18 @@ from typing import Any
 from .. import ledger
 from ..numfmt import MISSING, number
 from .aggregates import (
+    CONFIG_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
     arm_rows,
+    config_legend,
     correction_text,
     is_staged_choice,
     load_text,
+    metric_notes,
     roofline_status,
     roofline_text,
     short_time,
@@ -39,13 +42,14 @@ from .data import NOT_MEASURED, OFF, Report, RunView, roofline_efficiency
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto;
-       max-width: 1100px; color: #222; background: #fff; line-height: 1.4; padding: 0 1rem; }
+       max-width: 1240px; color: #222; background: #fff; line-height: 1.4; padding: 0 1rem; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.25rem; border-bottom: 1px solid #ddd; }
 h3 { font-size: 1.05rem; margin-top: 1.4rem; }
-table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .9rem; }
+table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .85rem; }
 th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+         overflow-wrap: break-word; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td > b { white-space: nowrap; }
 figure.chart { margin: .5rem 0 1rem; } figure.chart svg { max-width: 100%; height: auto; }
 figcaption, .note { color: #555; font-size: .85rem; }
 .verdict { font-weight: 600; padding: 0 .3rem; border-radius: 3px; }
@@ -92,11 +96,35 @@ def _verdict_span(verdict: str) -> str:
     return f'<span class="verdict verdict-{_e(verdict)}">{_e(verdict)}</span>'
 
 
+def _config_legend_html(runs: Sequence[RunView]) -> str:
+    """The serving configurations of ``runs`` by fingerprint; "" when none is known."""
+    legend = config_legend(runs)
+    if not legend:
+        return ""
+    return (
+        "<h3>Serving configurations</h3>"
+        + _table(
+            ["config", "runs", "settings"],
+            [
+                [
+                    (f"<code>{_e(fp)}</code>", False),
+                    (str(n), True),
+                    (f"<code>{_e(t)}</code>", False),
+                ]
+                for fp, t, n in legend
+            ],
+        )
+        + f'<p class="note">{_e(CONFIG_NOTE)}</p>'
+    )
+
+
 def _arm_table(rows: Sequence[ArmRow]) -> str:
+    configs = any(r.config for r in rows)
     return _table(
         [
             "release",
             "speculative",
+            *(["config"] if configs else []),
             "runs",
             "tokens/s",
             "vs off",
@@ -108,6 +136,7 @@ def _arm_table(rows: Sequence[ArmRow]) -> str:
             [
                 (_e(r.release), False),
                 (_e(r.arm), False),
+                *([(_e(r.config or MISSING), False)] if configs else []),
                 (str(r.runs), True),
                 (_e(number(r.throughput)), True),
                 (_e(vs_off_text(r)), True),
@@ -197,7 +226,8 @@ def _staged_verdicts_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
             f'<span class="note">({_e(correction_text(sv))})</span></p>'
         )
         rows = []
-        for r in staged_verdict_rows(sv):
+        metric_rows = staged_verdict_rows(sv)
+        for r in metric_rows:
             rows.append(
                 [
                     (_e(r.stage) if r.first else "", False),
@@ -214,6 +244,7 @@ def _staged_verdicts_html(verdicts: Sequence[ledger.VerdictRecord]) -> str:
                 ]
             )
         out.append(_table(STAGED_VERDICT_HEADERS, rows))
+        out.extend(f'<p class="note">{_e(n)}</p>' for n in metric_notes(metric_rows))
         reasons = "".join(
             f"<li>stage {_e(stage)} ({_e(verdict)}): {_e(reason)}</li>"
             for stage, verdict, reason in stage_reasons(sv)
@@ -357,6 +388,7 @@ def _host_html(report: Report, host: str) -> str:
         hw_text = json.dumps(hw, sort_keys=True) if not isinstance(hw, str) else hw
         facts.append(f"hardware <code>{_e(hw_text[:200])}</code>")
     out.append(f'<p class="note">{"; ".join(facts)}.</p>')
+    out.append(_config_legend_html(runs))
 
     staged = [r for r in runs if r.stages]
     flat = [r for r in runs if not r.stages]
@@ -411,7 +443,7 @@ def _host_html(report: Report, host: str) -> str:
     out.append("<h3>Per-position acceptance</h3>")
     # Every run's curve (a staged run's over all its stages' trials).
     curves: list[tuple[str, Sequence[float]]] = [
-        (f"{r.release} · {r.arm}", r.per_position)
+        (f"{r.release} · {r.arm}" + (f" · {r.config}" if r.config else ""), r.per_position)
         for r in arm_rows(runs, choices)
         if r.per_position
     ]

@@ -9,15 +9,18 @@ from typing import Any
 from .. import ledger
 from ..numfmt import MISSING, number
 from .aggregates import (
+    CONFIG_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
     arm_rows,
+    config_legend,
     correction_text,
     is_staged_choice,
     load_text,
+    metric_notes,
     roofline_status,
     short_time,
     stage_choices,
@@ -49,21 +52,52 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
 
 
 def _arm_table(rows: Sequence[ArmRow]) -> list[str]:
+    configs = any(r.config for r in rows)
     return _md_table(
-        ["release", "speculative", "runs", "tokens/s", "vs off", "TTFT ms", "TPOT ms"],
+        [
+            "release",
+            "speculative",
+            *(["config"] if configs else []),
+            "runs",
+            "tokens/s",
+            "vs off",
+            "TTFT ms",
+            "TPOT ms",
+            "acceptance",
+        ],
         [
             [
                 _md(r.release),
                 _md(r.arm),
+                *([_md(r.config or MISSING)] if configs else []),
                 str(r.runs),
                 number(r.throughput),
                 vs_off_text(r),
                 number(r.ttft_ms, 1),
                 number(r.tpot_ms, 2),
+                number(None if r.acceptance_rate is None else 100 * r.acceptance_rate, 1, "%"),
             ]
             for r in rows
         ],
     )
+
+
+def _config_legend_md(runs: Sequence[RunView]) -> list[str]:
+    """The serving configurations of ``runs`` by fingerprint; [] when none is known."""
+    legend = config_legend(runs)
+    if not legend:
+        return []
+    return [
+        "Serving configurations:",
+        "",
+        *_md_table(
+            ["config", "runs", "settings"],
+            [[f"`{fp}`", str(n), f"`{t}`" if t else MISSING] for fp, t, n in legend],
+        ),
+        "",
+        _md(CONFIG_NOTE),
+        "",
+    ]
 
 
 def _stage_title(name: str, params: Any) -> str:
@@ -129,6 +163,7 @@ def _staged_verdicts_md(verdicts: Sequence[ledger.VerdictRecord]) -> list[str]:
             f"**{_md(v.verdict)}** ({_md(correction_text(sv))})",
             "",
         ]
+        metric_rows = staged_verdict_rows(sv)
         lines += _md_table(
             list(STAGED_VERDICT_HEADERS),
             [
@@ -145,10 +180,11 @@ def _staged_verdicts_md(verdicts: Sequence[ledger.VerdictRecord]) -> list[str]:
                     r.limit,
                     _md(r.verdict),
                 ]
-                for r in staged_verdict_rows(sv)
+                for r in metric_rows
             ],
         )
         lines.append("")
+        lines += [_md(n) for n in metric_notes(metric_rows)]
         lines += [
             f"- stage {_md(stage)} ({_md(verdict)}): {_md(reason)}"
             for stage, verdict, reason in stage_reasons(sv)
@@ -201,6 +237,7 @@ def render_markdown(report: Report) -> str:
             lines += ["No runs recorded.", ""]
             lines += _staged_verdicts_md([v for v in report.verdicts if v.host == host])
             continue
+        lines += _config_legend_md(runs)
         staged = [r for r in runs if r.stages]
         flat = [r for r in runs if not r.stages]
         if flat:
@@ -211,7 +248,11 @@ def render_markdown(report: Report) -> str:
             lines += _staged_ab_md(choices, stage_order(staged))
         # Every run's curve (a staged run's over all its stages' trials).
         rows = arm_rows(runs, choices)
-        curves = [(f"{r.release} · {r.arm}", r.per_position) for r in rows if r.per_position]
+        curves = [
+            (f"{r.release} · {r.arm}" + (f" · {r.config}" if r.config else ""), r.per_position)
+            for r in rows
+            if r.per_position
+        ]
         if curves:
             if report.reference_acceptance:
                 curves.append((report.reference_label, report.reference_acceptance))
