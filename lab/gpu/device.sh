@@ -7,6 +7,11 @@
 #   calibrate               benchgate.calibrate: 14B target with 4B and 0.6B drafts
 #   launch B | measure B [--stop] [--then-launch N] [--max-repeats R]   (experiment.py)
 #   collect                 tar results + log tails into $OUT
+#   pyspy                   unpack the carried py-spy wheel (.cache/gpu/tools) to $BG/pyspy
+#   facts                   host CPU model, cores, steal, GPU clocks into results/spread/host.txt
+#   spread ARGS             copy src/ + lab/gpu/ to $BG/repo, start spread.py ARGS detached
+#   watch S                 up to S seconds: print spread.py's log, tar results/spread to $OUT
+#                           every 20 s (spread.tgz); returns early once spread.py wrote DONE
 set -u
 BG=${BG:-/tmp/bg}
 export BG
@@ -59,6 +64,35 @@ while [ $# -gt 0 ]; do
       done
       nvidia-smi > "$BG/results/nvidia-smi.txt" 2>&1
       tar -czf "$OUT/results-$(date +%H%M%S).tgz" -C "$BG" results ;;
+    pyspy)
+      mkdir -p "$BG/pyspy.whl" "$BG/pyspy"
+      python3 -m zipfile -e .cache/gpu/tools/py_spy-*.whl "$BG/pyspy.whl"
+      cp "$(find "$BG/pyspy.whl" -type f -name py-spy | head -1)" "$BG/pyspy/py-spy"
+      chmod +x "$BG/pyspy/py-spy" && "$BG/pyspy/py-spy" --version ;;
+    facts)
+      mkdir -p "$BG/results/spread"
+      { date -u; uname -a; nproc; lscpu; grep -m1 "model name" /proc/cpuinfo
+        grep "cpu MHz" /proc/cpuinfo | sort | uniq -c; head -1 /proc/stat
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,persistence_mode --format=csv
+        nvidia-smi -q -d PERFORMANCE,CLOCK | head -60
+        python3 -c "import torch; print('torch', torch.__version__)"; } > "$BG/results/spread/host.txt" 2>&1
+      grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)|Hypervisor" "$BG/results/spread/host.txt"
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv ;;
+    spread)
+      rm -rf "$BG/repo" && mkdir -p "$BG/repo/lab" && cp -r src "$BG/repo/" && cp -r lab/gpu "$BG/repo/lab/"
+      (cd "$BG/repo" && PYTHONPATH=src setsid nohup python3 lab/gpu/spread.py "$@" > "$BG/spread.log" 2>&1 < /dev/null &)
+      shift $#; sleep 2; cat "$BG/spread.log" ;;
+    watch)
+      t_end=$(( $(date +%s) + $1 )); shift; seen=0
+      while :; do
+        n=$(wc -l < "$BG/spread.log"); [ "$n" -gt "$seen" ] && sed -n "$((seen + 1)),${n}p" "$BG/spread.log" && seen=$n
+        cp "$BG/spread.log" "$BG/results/spread/runner.log"
+        tar -czf "$OUT/spread.tmp" -C "$BG/results" spread && mv "$OUT/spread.tmp" "$OUT/spread.tgz"
+        [ -f "$BG/results/spread/DONE" ] && break
+        [ "$(date +%s)" -ge "$t_end" ] && break
+        sleep 20
+      done
+      nvidia-smi --query-gpu=memory.used,utilization.gpu,clocks.sm --format=csv,noheader ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

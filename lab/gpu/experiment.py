@@ -43,10 +43,20 @@ NEW, OLD = "0.26.0", "0.24.0"
 WORKLOADS = {
     "c1": REPO / "lab/gpu/workloads/h200-c1.yml",
     "c64": REPO / "lab/gpu/workloads/h200-c64.yml",
+    # issue 34's spread experiment (spread.py): 5 trials at c1, 3 at c64
+    "sc1": REPO / "lab/gpu/workloads/spread-c1.yml",
+    "sc64": REPO / "lab/gpu/workloads/spread-c64.yml",
 }
 
 
-def _server(release: str, draft: str | None, k: int, port: int, repeats: int = 1) -> dict:
+def _server(
+    release: str,
+    draft: str | None,
+    k: int,
+    port: int,
+    repeats: int = 1,
+    extra: list[str] | None = None,
+) -> dict:
     spec = None
     if draft:
         spec = {
@@ -63,6 +73,7 @@ def _server(release: str, draft: str | None, k: int, port: int, repeats: int = 1
         "port": port,
         "speculative": spec,
         "repeats": repeats,
+        "extra": list(extra or []),
     }
 
 
@@ -90,6 +101,12 @@ SERVERS = {
     "v24-d06b-k5": _server(OLD, "qwen3-0.6b", 5, 8019),
     "v26-d06b-k1-x2": _server(NEW, "qwen3-0.6b", 1, 8022, repeats=2),
     "v26-d4b-k2-x2": _server(NEW, "qwen3-4b", 2, 8023, repeats=2),
+    # issue 34 (2026-12-06 evening): the 0.6B k=3 arm with async scheduling,
+    # which 0.26.0 turns off by default for draft_model ("Async scheduling not
+    # supported with draft_model-based speculative decoding and will be
+    # disabled") but accepts when asked (vllm/config/vllm.py lists draft_model
+    # among the methods allowed with --async-scheduling)
+    "v26-d06b-k3-async": _server(NEW, "qwen3-0.6b", 3, 8025, extra=["--async-scheduling"]),
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
@@ -152,6 +169,18 @@ BATCHES = {
     "36": ["v26-d06b-k5"],
     "37": ["v24-off"],
     "38": ["v24-d06b-k3"],
+    # issue 34, point 1 (spread.py): one server per batch, each started,
+    # measured and stopped in turn: plain, the 0.6B k=3 arm, the same arm with
+    # async scheduling, three times round (off, arm, async, off, arm, ...)
+    "39": ["v26-off"],
+    "40": ["v26-d06b-k3"],
+    "41": ["v26-d06b-k3-async"],
+    "42": ["v26-off"],
+    "43": ["v26-d06b-k3"],
+    "44": ["v26-d06b-k3-async"],
+    "45": ["v26-off"],
+    "46": ["v26-d06b-k3"],
+    "47": ["v26-d06b-k3-async"],
 }
 
 
@@ -178,6 +207,7 @@ def argv_of(name: str) -> list[str]:
             "64",
             "--seed",
             "0",
+            *s.get("extra", []),
         ],
     )
 
