@@ -159,6 +159,21 @@ CONFIG_NOTE = (
 )
 
 
+def arm_headers(configs: bool) -> list[str]:
+    """The columns of the per-release-and-arm table (HTML and Markdown alike)."""
+    return [
+        "release",
+        "speculative",
+        *(["config"] if configs else []),
+        "runs",
+        "tokens/s",
+        "vs off",
+        "TTFT ms",
+        "TPOT ms",
+        "acceptance",
+    ]
+
+
 def vs_off_text(row: ArmRow) -> str:
     """The "vs off" cell: the change in words with its interval, as the A/B table writes it."""
     lo, hi = row.change_vs_off_interval or (None, None)

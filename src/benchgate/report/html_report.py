@@ -17,6 +17,7 @@ from .aggregates import (
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
+    arm_headers,
     arm_rows,
     config_legend,
     correction_text,
@@ -121,17 +122,7 @@ def _config_legend_html(runs: Sequence[RunView]) -> str:
 def _arm_table(rows: Sequence[ArmRow]) -> str:
     configs = any(r.config for r in rows)
     return _table(
-        [
-            "release",
-            "speculative",
-            *(["config"] if configs else []),
-            "runs",
-            "tokens/s",
-            "vs off",
-            "TTFT ms",
-            "TPOT ms",
-            "acceptance",
-        ],
+        arm_headers(configs),
         [
             [
                 (_e(r.release), False),

@@ -15,6 +15,7 @@ from .aggregates import (
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
+    arm_headers,
     arm_rows,
     config_legend,
     correction_text,
@@ -54,17 +55,7 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
 def _arm_table(rows: Sequence[ArmRow]) -> list[str]:
     configs = any(r.config for r in rows)
     return _md_table(
-        [
-            "release",
-            "speculative",
-            *(["config"] if configs else []),
-            "runs",
-            "tokens/s",
-            "vs off",
-            "TTFT ms",
-            "TPOT ms",
-            "acceptance",
-        ],
+        arm_headers(configs),
         [
             [
                 _md(r.release),
