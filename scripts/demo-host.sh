@@ -14,9 +14,15 @@ name="${1:-benchgate-demo}"
 cache="${BENCHGATE_ROOT}/.cache"
 mkdir -p "${cache}/models" "${cache}/wheels"
 
+# Running, and answering: a container podman still lists as running after the
+# machine was paused can refuse every exec ("cannot exec in a stopped
+# container"); it is made again.
 if [ "$(podman container inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = "true" ]; then
-  echo "demo host $name is running"
-  exit 0
+  if podman exec "$name" true >/dev/null 2>&1; then
+    echo "demo host $name is running"
+    exit 0
+  fi
+  echo "demo host $name is listed as running but does not answer: making it again"
 fi
 podman rm -f "$name" >/dev/null 2>&1 || true
 # --cap-add SYS_ADMIN: systemd sets up the per-service namespaces that the

@@ -12,7 +12,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from _load import load_file
-from benchgate import ab, ledger, serve
+from benchgate import ab, ledger, serve, stages
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 DRAFT = {"model": "/srv/models/draft", "num_speculative_tokens": 2}
@@ -553,3 +553,139 @@ def test_no_schedule_where_the_load_does_not_explain_the_flip() -> None:
     assert "by load: " not in ab.render_staged_table(choice)
     # Stages without a recorded load: nothing to say.
     assert ab.drafting_by_load(ab.choose_staged(arms, FLIP)) == []
+
+
+# --- the composed arm: the schedule measured as one more arm (issue 36) ---
+
+
+def _composed_case(
+    composed_levels: dict[str, float], off_threshold: float = 200.0
+) -> tuple[list[ab.Arm], dict[str, Any], ab.LoadSchedule]:
+    """FLIP's arms, the hint's composed arm measured at both stages and the threshold,
+    and off measured at the threshold too (a second result, merged as the module does)."""
+    arms = ab.expand_arms([NGRAM])
+    results: dict[str, Any] = {name: _with_load(r, LOADS) for name, r in FLIP.items()}
+    (hint,) = ab.drafting_by_load(ab.choose_staged(arms, results))
+    assert hint.name == "ngram-k3-upto1"
+    assert hint.threshold == {"name": "threshold", "concurrency": 2}
+    loads = {**LOADS, "threshold": {"concurrency": 2}}
+    composed = _with_load(staged_arm_result(composed_levels, seed=4), loads)
+    off_at_threshold = _with_load(
+        staged_arm_result({"threshold": off_threshold}, seed=5), {"threshold": {"concurrency": 2}}
+    )
+    results["off"] = stages.merge_staged([results["off"], off_at_threshold])
+    results[hint.name] = composed
+    return [*arms, ab.Arm(hint.name, hint.config)], results, hint
+
+
+def test_a_composed_arm_that_keeps_the_gain_and_loses_the_loss_is_chosen() -> None:
+    arms, results, hint = _composed_case({"single": 125.0, "busy": 400.0, "threshold": 201.0})
+    assert ab.composed_from(arms) == {"ngram-k3-upto1": "ngram-k3"}
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "ngram-k3-upto1"
+    assert choice.config[ab.SCHEDULE_KEY] == [[1, 1, 3], [2, 2, 0]]
+    single, busy, threshold = choice.stages
+    assert threshold.stage == "threshold"
+    # Only off and the composed arm were measured at the threshold.
+    assert [a.name for a in threshold.choice.arms] == ["off", "ngram-k3-upto1"]
+    # Alpha is split over the two stages every arm has: ngram-k3's verdict is unchanged.
+    assert single.alpha == pytest.approx(0.025)
+    assert choice.verdicts["ngram-k3"].startswith("not shown within 5% of off at busy") or (
+        "slower at busy" in choice.verdicts["ngram-k3"]
+    )
+    assert choice.verdicts["ngram-k3-upto1"] == "chosen"
+    mine = next(a for a in busy.choice.arms if a.name == "ngram-k3-upto1")
+    assert mine.composed_from == "ngram-k3" and (mine.versus_static_lo_pct or 0) > 0
+    table = ab.render_staged_table(choice)
+    assert (
+        "composed: ngram-k3-upto1 is ngram-k3 with num_speculative_tokens_per_batch_size" in table
+    )
+    assert "[[1,1,3],[2,2,0]]" in table
+    # Measured: no more "measure that as an arm" hint for ngram-k3.
+    assert "by load: " not in table
+    arms_out = {a["name"]: a for a in choice.to_dict()["arms"]}
+    assert arms_out["ngram-k3-upto1"]["composed_from"] == "ngram-k3"
+    assert set(arms_out["ngram-k3-upto1"]["stages"]) == {"single", "busy", "threshold"}
+    assert set(arms_out["ngram-k3"]["stages"]) == {"single", "busy"}
+
+
+def test_a_composed_arm_slower_at_the_threshold_is_not_kept() -> None:
+    # Drafting stops at two requests and the switch costs: 15% below off there.
+    arms, results, _ = _composed_case({"single": 125.0, "busy": 400.0, "threshold": 170.0})
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    assert "more than 5% slower at threshold" in choice.verdicts["ngram-k3-upto1"]
+
+
+def test_a_composed_arm_no_faster_than_its_static_arm_is_not_kept() -> None:
+    # As slow as the static arm under load: the schedule did nothing (vllm#25112's story).
+    arms, results, _ = _composed_case({"single": 125.0, "busy": 340.0, "threshold": 200.0})
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    assert choice.verdicts["ngram-k3-upto1"] == "not proven faster than ngram-k3 at any stage"
+
+
+def test_off_not_measured_at_the_threshold_rejects_only_the_composed_arm() -> None:
+    arms, results, _ = _composed_case({"single": 125.0, "busy": 400.0, "threshold": 201.0})
+    results["off"] = _with_load(FLIP["off"], LOADS)  # its threshold run failed
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    assert choice.verdicts["ngram-k3-upto1"] == "off was not measured at threshold"
+    assert choice.verdicts["off"] == "chosen"
+
+
+def test_the_threshold_stage_is_not_added_where_a_stage_measures_it() -> None:
+    arms = ab.expand_arms([NGRAM])
+    loads = {"single": {"concurrency": 1}, "busy": {"concurrency": 2}}
+    results = {name: _with_load(r, loads) for name, r in FLIP.items()}
+    (hint,) = ab.drafting_by_load(ab.choose_staged(arms, results))
+    assert hint.threshold is None
+
+
+def test_a_schedule_pinned_as_a_candidate_is_judged_as_composed_and_not_suggested_again() -> None:
+    arms, results, hint = _composed_case({"single": 125.0, "busy": 400.0, "threshold": 201.0})
+    # No threshold stage this time: the operator listed the schedule as a candidate.
+    results[hint.name] = _with_load(
+        staged_arm_result({"single": 125.0, "busy": 400.0}, seed=6), LOADS
+    )
+    results["off"] = _with_load(FLIP["off"], LOADS)
+    choice = ab.choose_staged(arms, results)
+    assert choice.composed == {"ngram-k3-upto1": "ngram-k3"}
+    assert [s.stage for s in choice.stages] == ["single", "busy"]
+    assert choice.winner == "ngram-k3-upto1"
+    assert ab.drafting_by_load(choice) == []
+
+
+def test_module_merges_off_at_the_threshold_and_records_the_composed_arm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    arms, results, hint = _composed_case({"single": 125.0, "busy": 400.0, "threshold": 201.0})
+    # As speculative_arm.yml leaves them: off's threshold measurement apart.
+    results["off"] = _with_load(FLIP["off"], LOADS)
+    off_threshold = _with_load(
+        staged_arm_result({"threshold": 200.0}, seed=5), {"threshold": {"concurrency": 2}}
+    )
+    db = tmp_path / "ledger.sqlite"
+    kind, out = _run_module(
+        monkeypatch,
+        {
+            "arms": [{"name": a.name, "config": a.config} for a in arms],
+            "results": results,
+            "extra_results": {"off": [off_threshold]},
+            "ledger": str(db),
+            "host": "h1",
+            "release": "0.32.0",
+        },
+    )
+    assert kind == "exit", out
+    assert out["winner"] == "ngram-k3-upto1"
+    assert out["config"][ab.SCHEDULE_KEY] == [[1, 1, 3], [2, 2, 0]]
+    assert out["by_load"] == []
+    assert "composed: ngram-k3-upto1 is ngram-k3" in out["table"]
+    runs = {r.phase: r for r in ledger.runs(db, host="h1")}
+    assert set(runs) == {"arm:off", "arm:ngram-k3", "arm:ngram-k3-upto1"}
+    assert runs["arm:ngram-k3-upto1"].speculative == hint.config
+    (choice,) = ledger.ab_choices(db, host="h1")
+    by_name = {a["name"]: a for a in choice["arms"]}
+    assert by_name["ngram-k3-upto1"]["composed_from"] == "ngram-k3"
+    assert set(by_name["off"]["stages"]) == {"single", "busy", "threshold"}

@@ -10,6 +10,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from _load import load_file
+from test_serve import systemd_split
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -128,6 +129,46 @@ def test_speculative_errors():
     assert "must be 1 or the target's tensor_parallel_size (4)" in msg
     (msg,) = F["vllm_speculative_errors"]("{oops")
     assert "not valid JSON" in msg
+
+
+def test_speculative_errors_check_a_batch_size_schedule():
+    spec = {
+        "method": "ngram",
+        "num_speculative_tokens": "3",  # as it arrives from -e
+        "prompt_lookup_max": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 3], [3, 8, 0]],
+    }
+    assert F["vllm_speculative_errors"](spec) == [
+        "num_speculative_tokens_per_batch_size ranges overlap: [1, 4, 3] and [3, 8, 0]"
+    ]
+    spec["num_speculative_tokens_per_batch_size"] = [[1, 4, 3], [5, 5, 0]]
+    assert F["vllm_speculative_errors"](spec) == []
+    (msg,) = F["vllm_speculative_errors"](spec, 1, "flags")
+    assert "unknown key 'num_speculative_tokens_per_batch_size'" in msg
+    with pytest.raises(AnsibleFilterError, match=r"entry \[0, 4, 3\]: batch sizes start at 1"):
+        F["vllm_serve_argv"](
+            dict(
+                SETTINGS,
+                speculative=dict(spec, num_speculative_tokens_per_batch_size=[[0, 4, 3]]),
+            )
+        )
+
+
+def test_a_batch_size_schedule_reaches_execstart_intact():
+    schedule = [[1, 1, 3], [2, 2, 0]]
+    argv = F["vllm_serve_argv"](
+        dict(
+            SETTINGS,
+            speculative=dict(
+                SETTINGS["speculative"], num_speculative_tokens_per_batch_size=schedule
+            ),
+        )
+    )
+    body = argv[argv.index("--speculative-config") + 1]
+    assert '"num_speculative_tokens_per_batch_size":[[1,1,3],[2,2,0]]' in body
+    line = F["systemd_exec_quote"](argv)
+    assert '\\"num_speculative_tokens_per_batch_size\\":[[1,1,3],[2,2,0]]}"' in line
+    assert systemd_split(line) == argv
 
 
 def test_cli_generation():

@@ -599,6 +599,44 @@ def test_cpu_placement_typos_are_refused_in_preflight(
     assert not any((tmp_path / "out" / host / "vllm.service").exists() for host in groups["hosts"])
 
 
+@needs_ansible
+@needs_unshare
+@needs_systemd_analyze
+def test_a_batch_size_schedule_renders_into_the_unit_and_a_wrong_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A schedule pinned by hand in vllm_service_speculative reaches ExecStart= as
+    compact JSON that systemd splits back intact; one vLLM would refuse stops the
+    preflight with vLLM's rule in words, before any unit is written."""
+    spec = {
+        "model": "/srv/models/Qwen3-4B",
+        "num_speculative_tokens": 5,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 2], [9, 9, 0]],
+    }
+    done, groups, _, _, _ = _render_example(
+        tmp_path, "l4-fleet.yml", {"vllm_service_speculative": spec}
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    for host in groups["hosts"]:
+        unit = (tmp_path / "out" / host / "vllm.service").read_text()
+        exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+        argv = _systemd_words(exec_start.removeprefix("ExecStart="))
+        body = argv[argv.index("--speculative-config") + 1]
+        assert '"num_speculative_tokens_per_batch_size":[[1,4,5],[5,8,2],[9,9,0]]' in body
+        assert json.loads(body) == spec
+
+    bad = dict(spec, num_speculative_tokens_per_batch_size=[[1, 4, 5], [4, 8, 0]])
+    again = tmp_path / "again"
+    again.mkdir()
+    done, groups, _, _, _ = _render_example(
+        again, "l4-fleet.yml", {"vllm_service_speculative": bad}
+    )
+    out = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0
+    assert "num_speculative_tokens_per_batch_size ranges overlap: [1, 4, 5] and [4, 8, 0]" in out
+    assert not any((again / "out" / host / "vllm.service").exists() for host in groups["hosts"])
+
+
 # --------------------------------------------------------------------------
 # issue 20: the benchmark client's own CPUs
 # --------------------------------------------------------------------------

@@ -32,7 +32,8 @@ def test_documentation_matches_argument_spec():
     for name, spec in mod.ARGUMENT_SPEC.items():
         assert doc["options"][name]["type"] == spec["type"], name
         assert doc["options"][name].get("default") == spec.get("default"), name
-    assert set(ret) == {"ansible_facts", "advice"}
+    assert set(ret) == {"ansible_facts", "advice", "vllm_release"}
+    assert set(ret["ansible_facts"]["contains"]) == {"vllm_hardware", "vllm_release"}
     assert mod.HAS_BENCHGATE
 
 
@@ -103,3 +104,48 @@ def test_bad_tensor_parallel_size_fails(tmp_path):
     out = json.loads(proc.stdout)
     assert proc.returncode == 1 and out["failed"] is True
     assert "tensor_parallel_size must be 1 or more" in out["msg"]
+
+
+def test_the_release_it_is_given(tmp_path):
+    """release: a vLLM release venv (through its `current` link); the fact says what its
+    SpeculativeConfig declares, read from the source, and whether it drafts by batch size."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    release = tmp_path / "releases" / "0.32.0"
+    source = release / "lib" / "python3.12" / "site-packages" / "vllm" / "config" / "speculative.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "class SpeculativeConfig:\n"
+        "    method: str | None = None\n"
+        "    num_speculative_tokens: int | None = None\n"
+        "    num_speculative_tokens_per_batch_size: list | None = None\n"
+    )
+    current = tmp_path / "current"
+    current.symlink_to(release)
+    out = run_module(tmp_path, empty, release=str(current))
+    facts = out["ansible_facts"]["vllm_release"]
+    assert out["vllm_release"] == facts
+    assert facts == {
+        "path": str(release),
+        "speculative_fields": [
+            "method",
+            "num_speculative_tokens",
+            "num_speculative_tokens_per_batch_size",
+        ],
+        "batch_size_schedule": True,
+        "reason": f"vllm/config/speculative.py of {release} declares "
+        "num_speculative_tokens_per_batch_size",
+    }
+    assert out["ansible_facts"]["vllm_hardware"]["gpu_count"] == 0  # gathered as before
+
+    out = run_module(tmp_path, empty, release=str(tmp_path / "nowhere"))
+    assert out["vllm_release"]["batch_size_schedule"] is False
+    assert out["vllm_release"]["speculative_fields"] is None
+    assert "no vLLM SpeculativeConfig source found under" in out["vllm_release"]["reason"]
+
+
+def test_no_release_no_release_fact(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    out = run_module(tmp_path, empty)
+    assert set(out["ansible_facts"]) == {"vllm_hardware"} and "vllm_release" not in out

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from _load import load_file
+from benchgate.workload import parse_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 F = load_file(ROOT / "plugins/filter/results.py", "bg_filter_results").FilterModule().filters()
@@ -48,3 +50,21 @@ def test_a_stage_without_its_figure_keeps_its_name():
 def test_what_is_not_a_result_is_refused():
     with pytest.raises(AnsibleFilterError, match="expects a measurement result"):
         F["result_stages"](["not", "a", "result"])
+
+
+def test_workload_stages_adds_a_stage_or_keeps_only_some():
+    workload = yaml.safe_load((ROOT / "workloads/demo-staged.yml").read_text())
+    threshold = {"name": "threshold", "concurrency": 2}
+    assert F["workload_stages"](workload) == workload
+    more = F["workload_stages"](workload, [threshold])
+    assert [s["name"] for s in more["stages"]] == ["single", "busy", "threshold"]
+    only = F["workload_stages"](workload, [threshold], ["threshold"])
+    assert only["stages"] == [threshold]
+    # What the benchmark module gets is a valid workload: the stage replaces concurrency.
+    parsed = parse_workload(only, base_dir=ROOT / "workloads")
+    assert [(s.name, s.overrides.get("concurrency")) for s in parsed.stages] == [("threshold", 2)]
+    assert workload["stages"][0]["name"] == "single"  # the input is not changed
+    with pytest.raises(AnsibleFilterError, match="stage names repeat"):
+        F["workload_stages"](workload, [{"name": "busy", "concurrency": 2}])
+    with pytest.raises(AnsibleFilterError, match="no stage named nope"):
+        F["workload_stages"](workload, [], ["nope"])

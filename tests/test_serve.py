@@ -243,6 +243,94 @@ def test_method_the_old_cli_cannot_express():
     assert "needs --speculative-config" in msg
 
 
+# The A/B's by-load advice (benchgate.ab.drafting_by_load): k=3 at batch size 1, none above.
+SCHEDULED = dict(NGRAM, num_speculative_tokens_per_batch_size=[[1, 1, 3], [2, 2, 0]])
+
+
+def _schedule_errors(schedule, k=3):
+    return _errors(
+        dict(NGRAM, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=schedule)
+    )
+
+
+def test_a_batch_size_schedule_is_valid_as_vllm_takes_it():
+    assert _errors(SCHEDULED) == []
+    assert _schedule_errors([[1, 8, 3]]) == []  # one range: k carries on above it
+    assert _schedule_errors([[1, 4, 3], [5, 16, 1], [17, 17, 0]]) == []
+    # In any order: vLLM sorts the entries before it checks them.
+    assert _schedule_errors([[5, 16, 1], [1, 4, 3], [17, 17, 0]]) == []
+    assert _schedule_errors(((1, 2, 2), (3, 3, 0))) == []  # tuples, as from Python
+    # The key without a value is vLLM's default (no schedule).
+    assert _errors(dict(NGRAM, num_speculative_tokens_per_batch_size=None)) == []
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ([], "must be a list of [first, last, k] entries (batch sizes first to last draft k "
+         "tokens; k=0 drafts nothing), got []"),
+        ("[[1, 4, 3]]", 'must be a list of [first, last, k] entries (batch sizes first to '
+         'last draft k tokens; k=0 drafts nothing), got "[[1, 4, 3]]"'),
+        ({"1-4": 3}, 'got {"1-4": 3}'),
+        ([1, 4, 3], "k=0 drafts nothing) (one range: [[1, 4, 3]]), got [1, 4, 3]"),
+        ([1, 4], "k=0 drafts nothing), got [1, 4]"),
+        ([[1, 4, 3], 5], "entry 5: write each entry as [first, last, k], three whole numbers"),
+        ([[1, 4]], "entry [1, 4]: write each entry as [first, last, k], three whole numbers"),
+        ([[1, 4, "3"]], 'entry [1, 4, "3"]: write each entry as [first, last, k]'),
+        ([[1, 4, 2.5]], "entry [1, 4, 2.5]: write each entry as [first, last, k]"),
+        ([[1, 4, True]], "entry [1, 4, true]: write each entry as [first, last, k]"),
+        ([[0, 4, 3]], "entry [0, 4, 3]: batch sizes start at 1"),
+        ([[1, 4, 3], [5, -1, 0]], "entry [5, -1, 0]: batch sizes start at 1"),
+        ([[5, 4, 3]], "entry [5, 4, 3]: the first batch size 5 is above the last 4"),
+        ([[1, 4, -1]], "entry [1, 4, -1]: k=-1 must be 0 (draft nothing) or more"),
+        ([[1, 4, 5], [5, 5, 0]], "entry [1, 4, 5]: k=5 is more than num_speculative_tokens=3 "
+         "(vLLM would clamp it to 3 without saying so)"),
+        ([[5, 8, 0], [1, 6, 3]], "ranges overlap: [1, 6, 3] and [5, 8, 0]"),
+        ([[1, 4, 3], [3, 8, 0]], "ranges overlap: [1, 4, 3] and [3, 8, 0]"),
+        ([[1, 4, 3], [4, 4, 0]], "ranges overlap: [1, 4, 3] and [4, 4, 0]"),
+        ([[2, 4, 3], [5, 5, 0]], ": the first range must start at 1 (a batch of one request), "
+         "got [2, 4, 3]"),
+    ],
+)  # fmt: skip
+def test_a_batch_size_schedule_vllm_would_refuse_says_what_to_write(schedule, message):
+    (msg,) = _schedule_errors(schedule)
+    assert msg.startswith("num_speculative_tokens_per_batch_size")
+    assert message in msg
+
+
+def test_every_broken_entry_is_named():
+    msgs = _schedule_errors([[0, 4, 3], [5, 6, 9], [7, 7, -2]])
+    assert msgs == [
+        "num_speculative_tokens_per_batch_size entry [0, 4, 3]: batch sizes start at 1",
+        "num_speculative_tokens_per_batch_size entry [5, 6, 9]: k=9 is more than "
+        "num_speculative_tokens=3 (vLLM would clamp it to 3 without saying so)",
+        "num_speculative_tokens_per_batch_size entry [7, 7, -2]: k=-2 must be 0 "
+        "(draft nothing) or more",
+    ]
+
+
+def test_a_schedule_is_not_held_to_a_k_that_is_itself_wrong():
+    assert _schedule_errors([[1, 4, 5]], k=0) == [
+        "num_speculative_tokens must be an integer >= 1, got 0"
+    ]
+
+
+def test_the_per_flag_cli_has_no_schedule():
+    (msg,) = _errors(SCHEDULED, cli="flags")
+    assert msg.startswith("unknown key 'num_speculative_tokens_per_batch_size' for the per-flag")
+
+
+def test_a_schedule_renders_as_compact_json_in_the_config():
+    argv = _argv(speculative=SCHEDULED)
+    body = argv[argv.index("--speculative-config") + 1]
+    assert body == (
+        '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,'
+        '"num_speculative_tokens_per_batch_size":[[1,1,3],[2,2,0]]}'
+    )
+    assert json.loads(body) == SCHEDULED
+    assert systemd_split(systemd_quote_argv(argv)) == argv
+
+
 # --------------------------------------------------------------------------
 # help text -> CLI generation (fixtures: real 0.32.0 output, and help text
 # rebuilt from the argparse calls of the released 0.7.3 / 0.8.2 wheels)
@@ -389,6 +477,7 @@ TRICKY = [
     "\x01ctl",
     "ünïcödé ✓",
     '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}',
+    '{"num_speculative_tokens":3,"num_speculative_tokens_per_batch_size":[[1,1,3],[2,2,0]]}',
 ]
 
 

@@ -3,8 +3,9 @@
 """A measurement result's figures per stage, for messages.
 
 A staged result's top-level summary pools every load; what a message shows is
-each stage's own. Documented in result_stages.yml and tok_s_by_stage.yml beside
-this file.
+each stage's own. And a workload's stages, added to or narrowed for one
+measurement (a composed arm's threshold stage). Documented in
+result_stages.yml, tok_s_by_stage.yml and workload_stages.yml beside this file.
 """
 
 from __future__ import annotations
@@ -42,8 +43,35 @@ def tok_s_by_stage(result: Any) -> str:
     return ", ".join(parts)
 
 
+def workload_stages(workload: Any, extra: Any = None, only: Any = None) -> dict[str, Any]:
+    """A workload dict with ``extra`` stages appended, then only the stages named in ``only``."""
+    if not isinstance(workload, dict):
+        raise AnsibleFilterError(
+            "workload_stages expects a workload (a dict, from_yaml of its file)"
+        )
+    extra = list(extra or [])
+    only = [str(name) for name in only or []]
+    if not extra and not only:
+        return workload
+    stages = [*(workload.get("stages") or []), *extra]
+    if not stages:
+        raise AnsibleFilterError(f"workload {workload.get('name')!r} has no stages to add to")
+    names = [s.get("name") for s in stages if isinstance(s, dict)]
+    if len(set(names)) != len(names):
+        raise AnsibleFilterError(f"workload_stages: stage names repeat: {names}")
+    missing = [name for name in only if name not in names]
+    if missing:
+        raise AnsibleFilterError(f"workload_stages: no stage named {', '.join(missing)}")
+    kept = [s for s in stages if not only or s.get("name") in only]
+    return {**workload, "stages": kept}
+
+
 class FilterModule:
     """Figures per stage."""
 
     def filters(self) -> dict[str, Any]:
-        return {"result_stages": result_stages, "tok_s_by_stage": tok_s_by_stage}
+        return {
+            "result_stages": result_stages,
+            "tok_s_by_stage": tok_s_by_stage,
+            "workload_stages": workload_stages,
+        }

@@ -60,8 +60,17 @@ options:
       - Benchmark result per arm name (a dict, as registered from the benchmark
         module, or the path of a result JSON file on the controller). An arm
         without a result is treated as failed.
+      - A list of results for one arm is merged into one (its trials joined, every
+        stage any of them measured kept).
     type: dict
     required: true
+  extra_results:
+    description:
+      - More measurements of an arm, per arm name, each a list of results merged into its
+        result in O(results) (its trials joined, every stage any of them measured kept), for
+        example off measured again at a composed arm's threshold stage.
+    type: dict
+    default: {}
   errors:
     description:
       - Why an arm could not be measured, per arm name (for example the start-up
@@ -167,13 +176,21 @@ by_load:
       (C(config) for C(--speculative-config), vLLM's C(num_speculative_tokens_per_batch_size);
       C(flags_config) for the per-flag CLI, C(disable_by_batch_size)), to measure as an arm.
       The table says the same in a C(by load:) line.
+    - C(name) is the composed arm's name (C(<arm>-upto<up_to>)); C(threshold) the workload
+      stage that measures the first batch size without drafting (C(up_to + 1) requests),
+      or C(null) when a stage of the workload already does. Listed again as an arm (its
+      config holds the schedule and another arm's config is that config without it), the
+      composed arm is compared with off at every stage and at that threshold stage, and
+      with the arm it came from; it is chosen only when it is nowhere slower than off and
+      faster than that arm at some stage.
   returned: always
   type: list
   elements: dict
   sample: [{arm: ngram-k3, up_to: 1, helps_at: [single], hurts_at: [busy],
             config: {method: ngram, num_speculative_tokens: 3,
                      num_speculative_tokens_per_batch_size: [[1, 1, 3], [2, 2, 0]]},
-            flags_config: {method: ngram, num_speculative_tokens: 3, disable_by_batch_size: 1}}]
+            flags_config: {method: ngram, num_speculative_tokens: 3, disable_by_batch_size: 1},
+            name: ngram-k3-upto1, threshold: {name: threshold, concurrency: 2}}]
 table:
   description: The per-arm table as plain text.
   returned: always
@@ -197,6 +214,7 @@ BENCHGATE_IMPORT_ERROR = None
 try:
     from benchgate import ab as bg_ab
     from benchgate import ledger as bg_ledger
+    from benchgate import stages as bg_stages
 except ImportError:
     BENCHGATE_IMPORT_ERROR = traceback.format_exc()
 
@@ -218,6 +236,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
         },
     },
     "results": {"type": "dict", "required": True},
+    "extra_results": {"type": "dict", "default": {}},
     "errors": {"type": "dict", "default": {}},
     "objective": {
         "type": "str",
@@ -236,6 +255,9 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 
 def _load(value: Any, name: str) -> dict[str, Any] | None:
+    if isinstance(value, list):
+        parts = [p for p in (_load(v, name) for v in value) if p]
+        return bg_stages.merge_staged(parts) if parts else None
     if value in (None, "", {}):
         return None
     if isinstance(value, dict):
@@ -260,6 +282,11 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"results for arms that are not listed: {', '.join(unknown)}")
     results = {name: _load(value, name) for name, value in params["results"].items()}
+    for name, more in (params["extra_results"] or {}).items():
+        if name not in names:
+            raise ValueError(f"extra_results for an arm that is not listed: {name}")
+        parts = [results.get(name), *(more if isinstance(more, list) else [more])]
+        results[name] = _load([p for p in parts if p], name)
     errors = {str(k): str(v) for k, v in (params["errors"] or {}).items()}
     # choose_any: arm by arm at every stage of a staged workload, else as before.
     choice = bg_ab.choose_any(

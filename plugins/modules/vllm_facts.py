@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_facts
-short_description: Gather GPU facts of a vLLM host and advise on speculative decoding
+short_description: Gather the GPUs and the release of a vLLM host and advise on speculative decoding
 description:
   - Reads the host's NVIDIA GPUs with C(nvidia-smi --query-gpu) (index, name, UUID, memory,
     compute capability, maximum clocks, power limit, PCI bus ID) and the link between each
@@ -23,6 +23,10 @@ description:
     the same name, else the datasheet figure from benchgate's table (C(benchgate.hostprobe)).
   - A host without C(nvidia-smi), or where it fails, is not an error. The facts then say
     C(gpu_count=0) and why (C(reason)).
+  - With O(release) it also returns the fact C(vllm_release), what that vLLM release venv's
+    C(SpeculativeConfig) declares, read from its source (C(vllm/config/speculative.py), or
+    C(vllm/config.py) in vLLM 0.6 to 0.9) without importing vLLM; among it whether the release
+    can draft by batch size (C(num_speculative_tokens_per_batch_size), vLLM 0.31.0 and later).
   - With O(speculative) and O(tensor_parallel_size) it also returns RV(advice), advisory notes
     from the field report's decision table (corrected). They never fail the task; the
     benchmark decides.
@@ -45,7 +49,7 @@ attributes:
   facts:
     support: full
     description:
-      - Returns the fact C(vllm_hardware).
+      - Returns the fact C(vllm_hardware), and C(vllm_release) with O(release).
 options:
   speculative:
     description:
@@ -66,6 +70,12 @@ options:
   nvidia_smi:
     description:
       - The C(nvidia-smi) executable. By default it is looked up on the C(PATH).
+    type: path
+  release:
+    description:
+      - A vLLM release venv on the target host, for example C(/opt/vllm/releases/0.32.0) or
+        the C(current) link (links are resolved). When given, the module also returns
+        RV(vllm_release). A folder without vLLM's source is not an error; the fact says so.
     type: path
 notes:
   - The advice is a preflight hint, never a gate; the upgrade play's A/B of speculative
@@ -92,6 +102,18 @@ EXAMPLES = r"""
 - name: Show the advice
   ansible.builtin.debug:
     msg: "{{ __vllm_service_hardware.advice | map(attribute='message') | list }}"
+
+- name: Find out whether the serving release can draft by batch size
+  vllm_facts:
+    release: /opt/vllm/current
+  register: __vllm_service_release
+  vars:
+    ansible_python_interpreter: /opt/benchgate/client/bin/python
+
+- name: Say why a batch-size schedule cannot be used
+  ansible.builtin.debug:
+    msg: "{{ __vllm_service_release.vllm_release.reason }}"
+  when: not __vllm_service_release.vllm_release.batch_size_schedule
 """
 
 RETURN = r"""
@@ -125,6 +147,36 @@ ansible_facts:
         interconnect: single
         memory_bandwidth_gbs: 4800.0
         memory_total_mib: 143771
+    vllm_release:
+      description:
+        - What the release venv given as O(release) declares. C(path) (O(release) with links
+          resolved), C(speculative_fields) (the sorted field names of vLLM's
+          C(SpeculativeConfig), the keys C(--speculative-config) takes; null when no source was
+          found or it could not be parsed), C(batch_size_schedule) (whether
+          C(num_speculative_tokens_per_batch_size) is one of them) and C(reason) (what was
+          found, in words).
+      returned: when O(release) is given
+      type: dict
+      sample:
+        path: /opt/vllm/releases/0.32.0
+        speculative_fields: [method, model, num_speculative_tokens,
+                             num_speculative_tokens_per_batch_size, prompt_lookup_max]
+        batch_size_schedule: true
+        reason: >-
+          vllm/config/speculative.py of /opt/vllm/releases/0.32.0 declares
+          num_speculative_tokens_per_batch_size
+vllm_release:
+  description:
+    - The same as the fact C(vllm_release).
+  returned: when O(release) is given
+  type: dict
+  sample:
+    path: /opt/vllm/releases/0.30.0
+    speculative_fields: [method, model, num_speculative_tokens, prompt_lookup_max]
+    batch_size_schedule: false
+    reason: >-
+      vllm/config/speculative.py of /opt/vllm/releases/0.30.0 has no field
+      num_speculative_tokens_per_batch_size: this release cannot draft by batch size
 advice:
   description:
     - Advisory notes for the configured speculative decoding on this hardware, each with
@@ -144,6 +196,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     from benchgate.hwfacts import advice_dicts, gather, hardware_advice
+    from benchgate.release_features import release_facts
 except ImportError:
     HAS_BENCHGATE = False
     BENCHGATE_IMPORT_ERROR: str | None = traceback.format_exc()
@@ -157,6 +210,7 @@ ARGUMENT_SPEC = dict(
     tensor_parallel_size=dict(type="int", default=1),
     calibration=dict(type="path"),
     nvidia_smi=dict(type="path"),
+    release=dict(type="path"),
 )
 
 
@@ -169,8 +223,12 @@ def main() -> None:
         module.fail_json(msg="tensor_parallel_size must be 1 or more", changed=False)
     facts = gather(nvidia_smi=params["nvidia_smi"], calibration=params["calibration"])
     notes = hardware_advice(facts, params["speculative"], params["tensor_parallel_size"])
+    ansible_facts = {"vllm_hardware": facts}
+    result: dict[str, object] = {}
+    if params["release"]:
+        ansible_facts["vllm_release"] = result["vllm_release"] = release_facts(params["release"])
     module.exit_json(
-        changed=False, ansible_facts={"vllm_hardware": facts}, advice=advice_dicts(notes)
+        changed=False, ansible_facts=ansible_facts, advice=advice_dicts(notes), **result
     )
 
 

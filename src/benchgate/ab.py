@@ -140,6 +140,12 @@ class ArmOutcome:
     # The serving configuration the arm ran (its result's server_config, see
     # benchgate.serverconfig); None when the result does not say.
     server_config: dict[str, Any] | None = None
+    # A composed arm (a batch-size schedule, :func:`composed_from`): the static
+    # arm it was composed from and its change against it here, as against off.
+    composed_from: str | None = None
+    versus_static_pct: float | None = None
+    versus_static_lo_pct: float | None = None
+    versus_static_hi_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -444,6 +450,8 @@ class StagedChoice:
     stages: list[StageChoice]
     # Per arm: its outcome over the stages ("chosen", "slower at busy", ...).
     verdicts: dict[str, str] = field(default_factory=dict)
+    # Composed arm -> the static arm it was composed from (:func:`composed_from`).
+    composed: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; ``arms`` (one entry per arm, its figures per stage) is
@@ -462,7 +470,15 @@ class StagedChoice:
                             for k, v in outcome.to_dict().items()
                             if k not in ("name", "config", "per_position_acceptance")
                         }
-            arms.append({"name": name, "config": config, "status": status, "stages": per_stage})
+            arms.append(
+                {
+                    "name": name,
+                    "config": config,
+                    "status": status,
+                    "stages": per_stage,
+                    **({"composed_from": self.composed[name]} if name in self.composed else {}),
+                }
+            )
         return {
             "schema": "benchgate.speculative_ab_staged/1",
             "winner": self.winner,
@@ -505,6 +521,9 @@ def choose_staged(
 
     ``results``: one staged result per arm (the same staged workload). An arm
     without a result, or whose result lacks a stage, counts as failed there.
+    A composed arm (:func:`composed_from`) may have stages no other arm has
+    (the threshold stage of :func:`drafting_by_load`, measured for it and for
+    off only): there it is compared with off alone.
     """
     if max_loss_pct < 0:
         raise ValueError(f"max_loss_pct must be >= 0, got {max_loss_pct}")
@@ -515,14 +534,21 @@ def choose_staged(
                 names.append(name)
     if not names:
         raise ValueError("no arm's result has stages: use choose() for an unstaged workload")
-    decisive = parse_rule(rule, names)
-    stage_alpha = alpha if decisive is not None else alpha / len(names)
+    composed = composed_from(arms)
+    extra = _extra_stages(arms, results, composed)
+    common = [n for n in names if n not in extra]
+    decisive = parse_rule(rule, common)
+    # Alpha is split over the stages every arm has, so that adding a composed
+    # arm changes no other arm's verdict; its threshold stage only checks that it
+    # is not slower there (never that it is faster), at the same level.
+    stage_alpha = alpha if decisive is not None else alpha / len(common)
     split = {arm: stages.split_result(r) if r else {} for arm, r in results.items()}
     per_stage: list[StageChoice] = []
     for name in names:
+        here = [a for a in arms if name not in extra or a.name == OFF or a.name in composed]
         stage_results = {arm: parts.get(name) for arm, parts in split.items()}
         stage_errors = dict(errors or {})
-        for arm in arms:
+        for arm in here:
             if (
                 arm.name not in stage_errors
                 and results.get(arm.name)
@@ -530,12 +556,74 @@ def choose_staged(
             ):
                 stage_errors[arm.name] = f"stage {name} not measured"
         choice = choose(
-            arms, stage_results, stage_errors, objective, min_gain_pct, stage_alpha, min_trials
+            here, stage_results, stage_errors, objective, min_gain_pct, stage_alpha, min_trials
         )
+        _versus_static(choice, composed, stage_results, objective, stage_alpha)
         recorded = (stages.stage_params(r, name) for r in results.values() if r)
         params = next((p for p in recorded if p), {})
         per_stage.append(StageChoice(name, params, stage_alpha, choice))
-    return _apply_rule(arms, per_stage, objective, rule, decisive, min_gain_pct, max_loss_pct)
+    return _apply_rule(
+        arms, per_stage, objective, rule, decisive, min_gain_pct, max_loss_pct, composed
+    )
+
+
+def composed_from(arms: Sequence[Arm]) -> dict[str, str]:
+    """Composed arm -> the static arm it was composed from: an arm whose config has a
+    batch-size schedule (:data:`SCHEDULE_KEY`) and is another arm's config plus it."""
+    out = {}
+    for arm in arms:
+        if SCHEDULE_KEY not in arm.config:
+            continue
+        static = {k: v for k, v in arm.config.items() if k != SCHEDULE_KEY}
+        match = next((a.name for a in arms if a.config == static and a.name != OFF), None)
+        if match is not None:
+            out[arm.name] = match
+    return out
+
+
+def _extra_stages(
+    arms: Sequence[Arm],
+    results: Mapping[str, Mapping[str, Any] | None],
+    composed: Mapping[str, str],
+) -> set[str]:
+    """Stages only composed arms (and off) measured: no other speculative arm's result has them."""
+    if not composed:
+        return set()
+    others = [
+        set(stages.stage_names(results.get(a.name) or {}))
+        for a in arms
+        if a.name != OFF and a.name not in composed and results.get(a.name)
+    ]
+    if not others:
+        return set()
+    mine = {n for name in composed for n in stages.stage_names(results.get(name) or {})}
+    return {n for n in mine if not any(n in theirs for theirs in others)}
+
+
+def _versus_static(
+    choice: Choice,
+    composed: Mapping[str, str],
+    stage_results: Mapping[str, Mapping[str, Any] | None],
+    objective: str,
+    alpha: float,
+) -> None:
+    """A composed arm's change against its static arm at this stage (same estimate as vs off)."""
+    for outcome in choice.arms:
+        static = composed.get(outcome.name)
+        if static is None:
+            continue
+        outcome.composed_from = static
+        mine, theirs = stage_results.get(outcome.name), stage_results.get(static)
+        if not mine or not theirs or outcome.status == "failed":
+            continue
+        a = clean_samples(samples_from_result(theirs, objective))[0]
+        b = clean_samples(samples_from_result(mine, objective))[0]
+        if len(a) < 2 or len(b) < 2:
+            continue
+        shift = ranks.hodges_lehmann(a, b, alpha=alpha)
+        outcome.versus_static_pct = shift.change * 100.0
+        outcome.versus_static_lo_pct = shift.change_lo * 100.0
+        outcome.versus_static_hi_pct = shift.change_hi * 100.0
 
 
 def _apply_rule(
@@ -546,12 +634,17 @@ def _apply_rule(
     decisive: str | None,
     min_gain_pct: float,
     max_loss_pct: float,
+    composed: Mapping[str, str] | None = None,
 ) -> StagedChoice:
-    def outcome(stage: StageChoice, arm: str) -> ArmOutcome:
-        return next(a for a in stage.choice.arms if a.name == arm)
+    composed = dict(composed or {})
+
+    def outcome(stage: StageChoice, arm: str) -> ArmOutcome | None:
+        return next((a for a in stage.choice.arms if a.name == arm), None)
 
     verdicts: dict[str, str] = {arm.name: "" for arm in arms}
     stage_list = list(per_stage)
+    # The stages every arm was measured at (a composed arm's threshold stage is not one).
+    common = [s for s in per_stage if all(outcome(s, a.name) for a in arms)]
 
     def done(winner: Arm | None, reason: str) -> StagedChoice:
         if winner is not None:
@@ -564,9 +657,10 @@ def _apply_rule(
             reason,
             stage_list,
             verdicts,
+            composed,
         )
 
-    off_failed = [s.stage for s in per_stage if outcome(s, OFF).status == "failed"]
+    off_failed = [s.stage for s in common if _status(outcome(s, OFF)) == "failed"]
     if OFF not in verdicts or off_failed:
         for name in verdicts:
             verdicts[name] = "not compared"
@@ -577,17 +671,35 @@ def _apply_rule(
     for arm in arms:
         if arm.name == OFF:
             continue
-        outs = {s.stage: outcome(s, arm.name) for s in per_stage}
+        outs = {s.stage: o for s in per_stage if (o := outcome(s, arm.name)) is not None}
+        extra = [s.stage for s in per_stage if s not in common and s.stage in outs]
         failed = [stage for stage, o in outs.items() if o.status == "failed"]
-        if failed:
-            verdicts[arm.name] = f"failed at {', '.join(failed)}"
+        off_missing = [
+            s.stage for s in per_stage if s.stage in extra and _status(outcome(s, OFF)) == "failed"
+        ]
+        if failed or off_missing:
+            said = [f"failed at {', '.join(failed)}"] if failed else []
+            if off_missing:
+                said.append(f"off was not measured at {', '.join(off_missing)}")
+            verdicts[arm.name] = "; ".join(said)
             continue
         lows = {stage: o.gain_lo_pct for stage, o in outs.items()}
-        faster = [st for st, lo in lows.items() if lo is not None and lo > min_gain_pct]
+        faster = [
+            st
+            for st, lo in lows.items()
+            if st not in extra and lo is not None and lo > min_gain_pct
+        ]
+        static = composed.get(arm.name)
+        if static is not None and not any(
+            (o.versus_static_lo_pct or 0.0) > min_gain_pct for o in outs.values()
+        ):
+            verdicts[arm.name] = f"not proven faster than {static} at any stage"
+            continue
+        beyond = f" (and than {static} at {_beats_static(outs, min_gain_pct)})" if static else ""
         if decisive is not None:
             if decisive in faster:
                 candidates.append((outs[decisive].gain_pct or 0.0, arm))
-                verdicts[arm.name] = f"faster at {decisive}"
+                verdicts[arm.name] = f"faster at {decisive}{beyond}"
             else:
                 verdicts[arm.name] = f"not proven faster at {decisive}"
             continue
@@ -608,7 +720,7 @@ def _apply_rule(
         else:
             worst = min(o.gain_pct or 0.0 for o in outs.values())
             candidates.append((worst, arm))
-            verdicts[arm.name] = f"faster at {', '.join(faster)}, nowhere slower"
+            verdicts[arm.name] = f"faster at {', '.join(faster)}{beyond}, nowhere slower"
     if not candidates:
         off = next(arm for arm in arms if arm.name == OFF)
         rejected = "; ".join(f"{n}: {v}" for n, v in verdicts.items() if n != OFF) or "none"
@@ -629,6 +741,16 @@ def _apply_rule(
         f"slower (worst stage: {numfmt.change_words(best_gain)} than off)"
     )
     return done(best, f"{best.name} {what} on {objective}: {best.name} serves")
+
+
+def _status(outcome: ArmOutcome | None) -> str:
+    return "failed" if outcome is None else outcome.status
+
+
+def _beats_static(outs: Mapping[str, ArmOutcome], min_gain_pct: float) -> str:
+    return ", ".join(
+        stage for stage, o in outs.items() if (o.versus_static_lo_pct or 0.0) > min_gain_pct
+    )
 
 
 def choose_any(
@@ -661,10 +783,15 @@ SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 DISABLE_KEY = "disable_by_batch_size"
 
 
+#: The name of the stage a composed arm and off are measured at besides the
+#: workload's: the first batch size where the schedule stops drafting.
+THRESHOLD_STAGE = "threshold"
+
+
 @dataclass
 class LoadSchedule:
     """An arm that helps at low load and hurts at high load, and the setting that
-    drafts only at the low load (:func:`drafting_by_load`)."""
+    drafts only at the low load (:func:`drafting_by_load`): the composed arm."""
 
     arm: str
     up_to: int  # drafting while at most this many requests run
@@ -672,18 +799,21 @@ class LoadSchedule:
     hurts_at: list[str]
     config: dict[str, Any]  # the arm's config with the schedule (--speculative-config)
     flags_config: dict[str, Any]  # the same for the per-flag CLI
+    name: str = ""  # the composed arm's name: "<arm>-upto<up_to>"
+    # The workload stage that measures the batch size where drafting stops
+    # (up_to + 1 requests), or None when a stage of the workload already does.
+    threshold: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def advice(self) -> str:
-        name = f"{self.arm}-upto{self.up_to}"
         return (
             f"{self.arm} is faster at {', '.join(self.helps_at)} and slower at "
             f"{', '.join(self.hurts_at)}: vLLM can draft while {self.up_to} "
             f"request{'' if self.up_to == 1 else 's'} or fewer run, and not above. "
             f"Measure that as an arm: "
-            f"{{name: {name}, config: {json.dumps(self.config)}}} "
+            f"{{name: {self.name}, config: {json.dumps(self.config)}}} "
             f"(per-flag CLI: {json.dumps(self.flags_config)})"
         )
 
@@ -707,7 +837,12 @@ def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[Lo
     fixed.sort(key=lambda item: item[0])
     out = []
     names = [a.name for a in fixed[0][1].choice.arms if a.name != OFF]
+    measured = {c for c, _ in fixed}
+    taken = {s.stage for s in choice.stages}
     for name in names:
+        # A composed arm, or an arm whose schedule is measured already: nothing to suggest.
+        if name in choice.composed or name in choice.composed.values():
+            continue
         outs = [
             (c, s.stage, next((a for a in s.choice.arms if a.name == name), None)) for c, s in fixed
         ]
@@ -730,6 +865,9 @@ def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[Lo
         k = config.get("num_speculative_tokens")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             continue
+        stage_name = THRESHOLD_STAGE
+        while stage_name in taken:
+            stage_name += "-"
         out.append(
             LoadSchedule(
                 arm=name,
@@ -738,6 +876,12 @@ def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[Lo
                 hurts_at=[st for _, st in hurts],
                 config={**config, SCHEDULE_KEY: [[1, up_to, k], [up_to + 1, up_to + 1, 0]]},
                 flags_config={**config, DISABLE_KEY: up_to},
+                name=f"{name}-upto{up_to}",
+                threshold=(
+                    None
+                    if up_to + 1 in measured
+                    else {"name": stage_name, "concurrency": up_to + 1}
+                ),
             )
         )
     return out
@@ -792,7 +936,33 @@ def render_staged_table(choice: StagedChoice) -> str:
         *_config_lines(list({a.name: a for a in every}.values())),
         f"rule: {choice.rule}{default}",
         *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
+        *_composed_lines(choice),
         *(f"by load: {hint.advice()}" for hint in drafting_by_load(choice)),
         f"chosen: {choice.winner or 'none'}: {choice.reason}",
     ]
     return "\n".join(lines)
+
+
+def _composed_lines(choice: StagedChoice) -> list[str]:
+    """What each composed arm serves (its schedule) and how it did against its static arm."""
+    lines = []
+    for name, static in choice.composed.items():
+        config = next(
+            (a.config for s in choice.stages for a in s.choice.arms if a.name == name), {}
+        )
+        versus = [
+            f"{s.stage} "
+            + numfmt.change_interval(
+                a.versus_static_pct, a.versus_static_lo_pct, a.versus_static_hi_pct
+            )
+            for s in choice.stages
+            for a in s.choice.arms
+            if a.name == name and a.versus_static_pct is not None
+        ]
+        lines.append(
+            f"composed: {name} is {static} with {SCHEDULE_KEY} "
+            f"{json.dumps(config.get(SCHEDULE_KEY), separators=(',', ':'))} "
+            f"(batch sizes [first, last, k]; k=0 drafts nothing; the last k carries on above)"
+            + (f"; vs {static}: {'; '.join(versus)}" if versus else "")
+        )
+    return lines

@@ -51,6 +51,7 @@ from typing import Any, Callable, Union
 __all__ = [
     "CLI_GENERATIONS",
     "DRAFT_MODEL_METHODS",
+    "SCHEDULE_KEY",
     "SPECULATIVE_METHODS",
     "api_key_elsewhere",
     "base_url",
@@ -60,6 +61,7 @@ __all__ = [
     "env_file_line",
     "normalize_speculative",
     "read_env_file_value",
+    "schedule_errors",
     "speculative_args",
     "systemd_quote_argv",
     "token_errors",
@@ -173,6 +175,12 @@ CONFIG_KEYS: frozenset[str] = frozenset(
         "dspark_draft_topk",
     }
 )
+
+#: vLLM's batch-size schedule of the draft length (``SpeculativeConfig``, vLLM
+#: 0.31.0 and 0.32.0): ``[[first, last, k], ...]``, inclusive ranges of batch
+#: sizes, k = 0 drafts nothing, the last entry's k carries on above its range.
+#: The same string as ``benchgate.ab.SCHEDULE_KEY``.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 # Old per-flag options, keyed by the name v0.8.2 itself used when it turned
 # them into a speculative config dict (EngineArgs.create_speculative_config).
@@ -292,6 +300,76 @@ def _closest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+def _entry_text(entry: Any) -> str:
+    """An entry as the user wrote it in YAML or JSON: ``[0, 4, 3]``."""
+    try:
+        return json.dumps(list(entry) if isinstance(entry, tuple) else entry)
+    except (TypeError, ValueError):
+        return repr(entry)
+
+
+def schedule_errors(schedule: Any, k: Any = None) -> list[str]:
+    """Problems of a ``num_speculative_tokens_per_batch_size`` value, checked as vLLM
+    checks it when the server starts (``vllm/v1/spec_decode/dynamic/utils.py``), with
+    messages that say what to write instead; ``[]`` when it is valid.
+
+    vLLM wants a non-empty list of ``[first, last, k]`` entries of whole numbers,
+    batch sizes of 1 or more, ``first <= last``, ``k >= 0``, not overlapping once
+    sorted by ``first`` (it sorts them), the first starting at 1. ``k`` is the config's
+    ``num_speculative_tokens``: vLLM clamps each entry's k to it without a word,
+    so an entry above it is reported here (skipped when ``k`` is not a valid k).
+    """
+    name = SCHEDULE_KEY
+    flat = isinstance(schedule, (list, tuple)) and all(_is_int(item) for item in schedule)
+    if isinstance(schedule, (str, bytes)) or not isinstance(schedule, (list, tuple)) or flat:
+        hint = f" (one range: [{_entry_text(schedule)}])" if flat and len(schedule) == 3 else ""
+        return [
+            f"{name} must be a list of [first, last, k] entries (batch sizes first to last "
+            f"draft k tokens; k=0 drafts nothing){hint}, got {_entry_text(schedule)}"
+        ]
+    errors: list[str] = []
+    ranges: list[tuple[int, int, int]] = []
+    for entry in schedule:
+        text = _entry_text(entry)
+        if (
+            isinstance(entry, (str, bytes))
+            or not isinstance(entry, (list, tuple))
+            or len(entry) != 3
+            or not all(_is_int(item) for item in entry)
+        ):
+            errors.append(
+                f"{name} entry {text}: write each entry as [first, last, k], three whole numbers"
+            )
+            continue
+        first, last, draft = entry
+        problems = []
+        if first < 1 or last < 1:
+            problems.append("batch sizes start at 1")
+        elif first > last:
+            problems.append(f"the first batch size {first} is above the last {last}")
+        if draft < 0:
+            problems.append(f"k={draft} must be 0 (draft nothing) or more")
+        elif _is_int(k) and k >= 1 and draft > k:
+            problems.append(
+                f"k={draft} is more than num_speculative_tokens={k} "
+                f"(vLLM would clamp it to {k} without saying so)"
+            )
+        errors += [f"{name} entry {text}: {problem}" for problem in problems]
+        ranges.append((first, last, draft))
+    if errors:
+        return errors  # the order of broken entries says nothing
+    ranges.sort()  # vLLM sorts the entries by their first batch size, then checks them
+    for before, after in zip(ranges, ranges[1:]):
+        if after[0] <= before[1]:
+            errors.append(f"{name} ranges overlap: {_entry_text(before)} and {_entry_text(after)}")
+    if ranges[0][0] != 1:
+        errors.append(
+            f"{name}: the first range must start at 1 (a batch of one request), "
+            f"got {_entry_text(ranges[0])}"
+        )
+    return errors
+
+
 def validate_speculative(
     spec: SpecInput,
     *,
@@ -380,6 +458,9 @@ def validate_speculative(
             errors.append(f"method {method!r} needs 'num_speculative_tokens' (k), e.g. 3")
     elif not _is_int(k) or k <= 0:
         errors.append(f"num_speculative_tokens must be an integer >= 1, got {k!r}")
+    # The per-flag CLI has no schedule: its key is reported as unknown above.
+    if cli == "config" and raw.get(SCHEDULE_KEY) is not None:
+        errors += schedule_errors(raw[SCHEDULE_KEY], k)
 
     lookup: dict[str, Any] = {}
     for key in ("prompt_lookup_max", "prompt_lookup_min"):

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .serve import FLAG_OPTIONS
+
 #: Flags that do not change what is measured: where the server listens, its
 #: name for the model, its logging, its key. Their values are left out too.
 IGNORED_FLAGS = frozenset(
@@ -52,6 +54,13 @@ ENV_PREFIXES = (
     "NCCL_",
 )
 REDACTED = "***"
+#: The flags that set speculative decoding: ``--speculative-config``, vLLM 0.32's
+#: short aliases, and the per-flag options of the releases before 0.8.3
+#: (:data:`benchgate.serve.FLAG_OPTIONS`), in the spelling :func:`differences` compares.
+SPECULATIVE_FLAGS = frozenset(
+    {"--speculative-config", "--spec-method", "--spec-model", "--spec-tokens"}
+    | {flag.replace("_", "-") for flag in FLAG_OPTIONS.values()}
+)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -102,12 +111,9 @@ def read_server_config(pid: int, proc_root: str | Path = "/proc") -> dict[str, A
     return {"argv": redact_argv(argv), "env": dict(sorted(env.items())), "cpus": cpus}
 
 
-def config_args(config: Mapping[str, Any] | None) -> list[str]:
-    """What in ``config`` changes the figures, in a stable order: the arguments after
-    ``serve`` (all but the program when there is none), ``--flag=value`` split,
-    without :data:`IGNORED_FLAGS`; then the environment and the CPUs."""
-    if not isinstance(config, Mapping):
-        return []
+def _serve_args(config: Mapping[str, Any]) -> list[str]:
+    """The arguments after ``serve`` (all but the program when there is none),
+    ``--flag=value`` split, without :data:`IGNORED_FLAGS`."""
     argv = [str(a) for a in config.get("argv") or []]
     start = argv.index("serve") + 1 if "serve" in argv else min(1, len(argv))
     args: list[str] = []
@@ -127,6 +133,16 @@ def config_args(config: Mapping[str, Any] | None) -> list[str]:
             skip_value = True
             continue
         kept.append(arg)
+    return kept
+
+
+def config_args(config: Mapping[str, Any] | None) -> list[str]:
+    """What in ``config`` changes the figures, in a stable order: the arguments after
+    ``serve`` (all but the program when there is none), ``--flag=value`` split,
+    without :data:`IGNORED_FLAGS`; then the environment and the CPUs."""
+    if not isinstance(config, Mapping):
+        return []
+    kept = _serve_args(config)
     env = config.get("env")
     if isinstance(env, Mapping):
         kept += [f"{k}={v}" for k, v in sorted(env.items())]
@@ -149,11 +165,113 @@ def config_text(config: Mapping[str, Any] | None) -> str:
     return " ".join(config_args(config))
 
 
+def _is_flag(arg: str) -> bool:
+    """``--max-num-seqs``, ``-tp``; not a value such as ``-1`` or ``-0.5``."""
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False
+
+
+def _flag_name(arg: str) -> str:
+    """One spelling per flag: vLLM takes ``--max_num_seqs`` for ``--max-num-seqs``."""
+    return arg.replace("_", "-")
+
+
+def _options(config: Mapping[str, Any]) -> tuple[list[str], dict[str, list[str]]]:
+    """The positional arguments (the model) and every flag with its values, in order
+    (a flag given twice has both values); the speculative flags left out."""
+    positional: list[str] = []
+    options: dict[str, list[str]] = {}
+    current: str | None = None
+    for arg in _serve_args(config):
+        if _is_flag(arg):
+            current = _flag_name(arg)
+            options.setdefault(current, [])
+        elif current is None:
+            positional.append(arg)
+        else:
+            options[current].append(arg)
+    for flag in SPECULATIVE_FLAGS:
+        options.pop(flag, None)
+    return positional, options
+
+
+def _env(config: Mapping[str, Any]) -> dict[str, str]:
+    env = config.get("env")
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
+
+
+def _as_text(values: Sequence[str]) -> str:
+    return " ".join(values)
+
+
+def differences(
+    a: Mapping[str, Any] | None,
+    b: Mapping[str, Any] | None,
+    names: tuple[str, str] = ("A", "B"),
+) -> list[str]:
+    """How two serving configurations differ apart from speculative decoding, one line
+    per difference: ``--async-scheduling only in B``, ``--max-num-seqs: 1 vs 256``,
+    ``VLLM_CPU_OMP_THREADS_BIND: 1 vs 0-1``, ``cpus: 1 vs 0-1``.
+
+    The speculative setting (``--speculative-config`` and the old per-flag options,
+    :data:`SPECULATIVE_FLAGS`) is left out, and so is what :func:`config_args` leaves
+    out (the program, ``--host``, ``--port`` and the like). ``names`` name the two
+    sides. Empty when they differ in speculation only, and when either is not known
+    (None: a result from before benchgate kept its configuration).
+
+    >>> a = {"argv": ["vllm", "serve", "m", "--speculative-config", "{}"], "env": {}}
+    >>> b = {"argv": ["vllm", "serve", "m", "--async-scheduling"], "env": {}}
+    >>> differences(a, b), differences(a, {**a, "argv": ["vllm", "serve", "m"]})
+    (['--async-scheduling only in B'], [])
+    """
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return []
+    name_a, name_b = names
+    out: list[str] = []
+    pos_a, opts_a = _options(a)
+    pos_b, opts_b = _options(b)
+    if pos_a != pos_b:
+        label = "model" if len(pos_a) <= 1 and len(pos_b) <= 1 else "arguments"
+        out.append(f"{label}: {_as_text(pos_a) or '-'} vs {_as_text(pos_b) or '-'}")
+    for flag in [*opts_a, *(f for f in opts_b if f not in opts_a)]:
+        if flag not in opts_b:
+            out.append(f"{_as_text([flag, *opts_a[flag]])} only in {name_a}")
+        elif flag not in opts_a:
+            out.append(f"{_as_text([flag, *opts_b[flag]])} only in {name_b}")
+        elif opts_a[flag] != opts_b[flag]:
+            out.append(f"{flag}: {_as_text(opts_a[flag])} vs {_as_text(opts_b[flag])}")
+    env_a = _env(a)
+    env_b = _env(b)
+    for key in sorted(set(env_a) | set(env_b)):
+        if key not in env_b:
+            out.append(f"{key}={env_a[key]} only in {name_a}")
+        elif key not in env_a:
+            out.append(f"{key}={env_b[key]} only in {name_b}")
+        elif env_a[key] != env_b[key]:
+            out.append(f"{key}: {env_a[key]} vs {env_b[key]}")
+    cpus_a, cpus_b = a.get("cpus") or None, b.get("cpus") or None
+    if cpus_a != cpus_b:
+        if cpus_b is None:
+            out.append(f"cpus {cpus_a} only in {name_a}")
+        elif cpus_a is None:
+            out.append(f"cpus {cpus_b} only in {name_b}")
+        else:
+            out.append(f"cpus: {cpus_a} vs {cpus_b}")
+    return out
+
+
 __all__ = [
     "ENV_PREFIXES",
     "IGNORED_FLAGS",
+    "SPECULATIVE_FLAGS",
     "config_args",
     "config_text",
+    "differences",
     "fingerprint",
     "read_server_config",
     "redact_argv",

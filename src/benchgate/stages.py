@@ -135,18 +135,24 @@ def merge_staged(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     results this is ``merge_results`` itself.
     """
     merged = merge_results(results)
-    if not merged.get("stages"):
+    # Every stage any of them measured, in the order first seen (a later
+    # measurement may add a stage: off at a composed arm's threshold, say).
+    entries: dict[Any, Mapping[str, Any]] = {}
+    for result in results:
+        for entry in result.get("stages") or []:
+            if isinstance(entry, Mapping):
+                entries.setdefault(entry.get("name"), entry)
+    if not entries:
         return merged
     trials = _trial_dicts(merged)
     merged["stages"] = [
         {
             **entry,
             "summary": dataclasses.asdict(
-                summarize_dicts([t for t in trials if t.get("stage") == entry.get("name")])
+                summarize_dicts([t for t in trials if t.get("stage") == name])
             ),
         }
-        for entry in merged["stages"]
-        if isinstance(entry, Mapping)
+        for name, entry in entries.items()
     ]
     return merged
 

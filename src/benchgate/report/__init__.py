@@ -6,6 +6,9 @@ What a report shows, per host:
   over time, one series per release and speculative arm;
 * speculative decoding on vs off per release (median tokens/s of each arm and
   the change against "off");
+* why a speculative arm's tokens/s changed from one release to the next:
+  acceptance (tokens per step) against step cost (time per step), from the
+  server's spec-decode counters (:mod:`benchgate.causes`), one line per arm;
 * per-position acceptance of the speculative arms, drawn (and a reference
   curve, e.g. the field report's, when one is given);
 * roofline efficiency when the results carry a ``roofline`` section ("not

@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import causes
 from ..numfmt import MISSING, change_interval, change_words, medians_note, number
-from ..serverconfig import config_text
+from ..serverconfig import config_text, differences
 from .data import NOT_MEASURED, OFF, RunView, median, num, roofline_efficiency
 
 
@@ -178,6 +179,119 @@ def vs_off_text(row: ArmRow) -> str:
     """The "vs off" cell: the change in words with its interval, as the A/B table writes it."""
     lo, hi = row.change_vs_off_interval or (None, None)
     return change_interval(row.change_vs_off_pct, lo, hi)
+
+
+# --------------------------------------------------------------------------
+# Why a speculative arm's tokens/s changed (benchgate.causes)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CauseLine:
+    """One speculative arm from one release (or run) to the next, its change split."""
+
+    arm: str
+    workload: str  # "" when the host's runs all share one workload
+    before: str  # a release, or "run #12"
+    after: str
+    split: causes.Split
+    # How the two sides' serving configurations differ apart from speculation.
+    differs: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``ngram-k3, 0.31.0 → 0.32.0`` (the workload too, where the host has several)."""
+        arm = f"{self.arm} ({self.workload})" if self.workload else self.arm
+        return f"{arm}, {self.before} → {self.after}"
+
+    @property
+    def words(self) -> str:
+        """The split's sentence, and what else the two sides' configurations change."""
+        text = self.split.sentence
+        if self.differs:
+            text += ". These runs differ in more than speculation: " + "; ".join(self.differs)
+        return text + "."
+
+
+CAUSES_TITLE = "Why tokens/s changed, per speculative arm"
+CAUSES_NOTE = (
+    "Each speculative arm against its previous release at the same load (with one release, "
+    "its latest run against the one before), split with the server's spec-decode counters: "
+    "tokens per step (tokens generated over the steps the requests took; a step emits one "
+    "token plus the draft tokens accepted in it) and time per step (the trial's duration "
+    "over those steps, per request). Their shares of the change in log tokens/s: the "
+    "drafter (acceptance) or the engine (step cost) is named when it carries more than two "
+    "thirds, else both. Medians over the trials: a description, not a test."
+)
+
+
+def _cause_sides(
+    runs: Sequence[RunView],
+) -> list[tuple[tuple[str, list[RunView]], tuple[str, list[RunView]]]]:
+    """The pairs of sides to split, oldest first: consecutive releases (each the runs of
+    its latest run's configuration); with one release, its last two runs."""
+    ordered = sorted(runs, key=lambda r: (r.recorded_at, r.id))
+    by_release: dict[str, list[RunView]] = {}
+    for r in ordered:
+        by_release.setdefault(r.release, []).append(r)
+    if len(by_release) >= 2:
+        sides = [
+            (rel, [r for r in group if r.config == group[-1].config])
+            for rel, group in sorted(by_release.items(), key=lambda kv: release_key(kv[0]))
+        ]
+        return list(zip(sides, sides[1:]))
+    if len(ordered) >= 2:
+        a, b = ordered[-2:]
+        return [((f"run #{a.id}", [a]), (f"run #{b.id}", [b]))]
+    return []
+
+
+def cause_lines(runs: Sequence[RunView]) -> list[CauseLine]:
+    """Every speculative arm of ``runs`` (one host; at one stage: :func:`stage_runs`) split
+    from each release to the next (:func:`benchgate.causes.split_steps`), per workload."""
+    series: dict[tuple[str, str], list[RunView]] = {}
+    for r in runs:
+        if r.arm != OFF:
+            series.setdefault((r.workload or "", r.arm), []).append(r)
+    several = len({w for w, _ in series}) > 1
+    out = []
+    for (workload, arm), group in sorted(
+        series.items(), key=lambda kv: (kv[0][0], arm_key(kv[0][1]))
+    ):
+        for (name_a, side_a), (name_b, side_b) in _cause_sides(group):
+            names = (name_a, name_b)
+            split = causes.split_steps(
+                causes.pool(r.steps for r in side_a),
+                causes.pool(r.steps for r in side_b),
+                names=names,
+            )
+            differs = differences(side_a[-1].server_config, side_b[-1].server_config, names)
+            out.append(
+                CauseLine(arm, workload if several else "", name_a, name_b, split, tuple(differs))
+            )
+    return out
+
+
+def arm_config_notes(runs: Sequence[RunView]) -> list[str]:
+    """Where an A/B's speculative arm served with more changed than speculation: per
+    release, each arm's latest configuration against "off"'s (both known)."""
+    latest: dict[tuple[str, str], RunView] = {}
+    for r in sorted(runs, key=lambda r: (r.recorded_at, r.id)):
+        if r.server_config:
+            latest[(r.release, r.arm)] = r
+    out = []
+    for (release, arm), run in sorted(
+        latest.items(), key=lambda kv: (release_key(kv[0][0]), arm_key(kv[0][1]))
+    ):
+        off = latest.get((release, OFF))
+        if arm == OFF or off is None:
+            continue
+        differs = differences(off.server_config, run.server_config, (OFF, arm))
+        if differs:
+            out.append(
+                f"{release}: {arm} differs from off in more than speculation: " + "; ".join(differs)
+            )
+    return out
 
 
 def _mean_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:

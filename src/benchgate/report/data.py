@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import ledger
+from .. import causes, ledger
 from ..serverconfig import fingerprint
 
 OFF = "off"
@@ -39,6 +39,9 @@ class StageFigures:
     ttft_ms: float | None
     tpot_ms: float | None
     acceptance_rate: float | None
+    # The stage's trials as the cause split reads them (benchgate.causes); None when
+    # the run's whole result was not found (the ledger keeps no server counters).
+    steps: causes.Steps | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class RunView:
     # fingerprint ("" when not known: a run recorded before it was kept).
     server_config: dict[str, Any] | None = None
     config: str = ""
+    # The trials as the cause split reads them (benchgate.causes: tokens per step, time
+    # per step); None when the whole result was not found.
+    steps: causes.Steps | None = None
 
     @property
     def when(self) -> datetime | None:
@@ -90,6 +96,7 @@ class RunView:
                     per_position=None,
                     roofline=None,
                     stages=(),
+                    steps=s.steps,
                 )
         return None
 
@@ -330,9 +337,12 @@ def _figures(
     return tput, samples, ttft, tpot, acc
 
 
-def _stage_figures(run: ledger.RunRecord) -> tuple[StageFigures, ...]:
+def _stage_figures(
+    run: ledger.RunRecord, steps: Mapping[str | None, causes.Steps] | None = None
+) -> tuple[StageFigures, ...]:
     """Every stage of a staged run (the ledger's ``stages_json`` and the trials' stage),
-    in the order they ran; () for an unstaged run."""
+    in the order they ran; () for an unstaged run. ``steps``: each stage's trials as the
+    cause split reads them, from the whole result (None: not found)."""
     blocks = [b for b in (getattr(run, "stages", None) or []) if isinstance(b, Mapping)]
     names: list[str] = [str(b["name"]) for b in blocks if isinstance(b.get("name"), str)]
     for t in run.trials:
@@ -354,6 +364,7 @@ def _stage_figures(run: ledger.RunRecord) -> tuple[StageFigures, ...]:
                 ttft_ms=ttft,
                 tpot_ms=tpot,
                 acceptance_rate=acc,
+                steps=None if steps is None else steps.get(name, causes.Steps()),
             )
         )
     return tuple(out)
@@ -391,6 +402,7 @@ def _run_view(
     if not isinstance(server, Mapping) and isinstance(result, Mapping):
         server = result.get("server_config")
     server = dict(server) if isinstance(server, Mapping) else None
+    steps = causes.steps_by_stage(result) if isinstance(result, Mapping) else None
     return RunView(
         id=run.id,
         recorded_at=run.recorded_at,
@@ -410,9 +422,10 @@ def _run_view(
         per_position=per_pos,
         roofline=dict(roofline) if isinstance(roofline, Mapping) else None,
         result_source=source,
-        stages=_stage_figures(run),
+        stages=_stage_figures(run, steps),
         server_config=server,
         config=fingerprint(server) or "",
+        steps=None if steps is None else causes.pool(steps.values()),
     )
 
 

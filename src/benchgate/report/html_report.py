@@ -11,14 +11,19 @@ from typing import Any
 from .. import ledger
 from ..numfmt import MISSING, number
 from .aggregates import (
+    CAUSES_NOTE,
+    CAUSES_TITLE,
     CONFIG_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
+    CauseLine,
+    arm_config_notes,
     arm_headers,
     arm_rows,
+    cause_lines,
     config_legend,
     correction_text,
     is_staged_choice,
@@ -119,6 +124,20 @@ def _config_legend_html(runs: Sequence[RunView]) -> str:
     )
 
 
+def _causes_html(lines: Sequence[CauseLine], note: bool = True) -> str:
+    """One line per speculative arm and pair of releases: why its tokens/s changed."""
+    if not lines:
+        return ""
+    items = "".join(
+        f'<li data-arm="{_e(c.arm)}" data-cause="{_e(c.split.cause or c.split.status)}">'
+        f"<b>{_e(c.label)}</b>: {_e(c.words)}</li>"
+        for c in lines
+    )
+    title = f'<p class="causes-title">{_e(CAUSES_TITLE)}:</p>'
+    tail = f'<p class="note">{_e(CAUSES_NOTE)}</p>' if note else ""
+    return f'{title}<ul class="causes">{items}</ul>{tail}'
+
+
 def _arm_table(rows: Sequence[ArmRow]) -> str:
     configs = any(r.config for r in rows)
     return _table(
@@ -180,6 +199,7 @@ def _stages_html(
             f"{host}: tokens/s, TTFT and TPOT medians at every stage",
         ),
     ]
+    explained = False
     for i, (name, rows) in enumerate(per_stage):
         sid = f"{aid}-stage{i}"
         out.append(
@@ -187,6 +207,9 @@ def _stages_html(
             f"{_e(_stage_title(name, stage_params(runs, name)))}</h4>"
         )
         out.append(_arm_table(rows))
+        lines = cause_lines(stage_runs(runs, name))
+        out.append(_causes_html(lines, note=False))
+        explained = explained or bool(lines)
         out.append(
             _chart(
                 chart_over_time(
@@ -198,6 +221,8 @@ def _stages_html(
                 f"{host}, stage {name}: output tokens/s, TTFT and TPOT medians per run",
             )
         )
+    if explained:
+        out.append(f'<p class="note">{_e(CAUSES_TITLE)}: {_e(CAUSES_NOTE)}</p>')
     return "".join(out)
 
 
@@ -380,6 +405,13 @@ def _host_html(report: Report, host: str) -> str:
         facts.append(f"hardware <code>{_e(hw_text[:200])}</code>")
     out.append(f'<p class="note">{"; ".join(facts)}.</p>')
     out.append(_config_legend_html(runs))
+    differ = arm_config_notes(runs)
+    if differ:
+        out.append(
+            '<ul class="config-differs">'
+            + "".join(f"<li>{_e(line)}</li>" for line in differ)
+            + "</ul>"
+        )
 
     staged = [r for r in runs if r.stages]
     flat = [r for r in runs if not r.stages]
@@ -396,6 +428,7 @@ def _host_html(report: Report, host: str) -> str:
             "its result records a speculative configuration, or its phase is an arm label such as "
             "<code>arm:ngram-k3</code>.</p>"
         )
+        out.append(_causes_html(cause_lines(flat)))
 
         out.append("<h3>Throughput and latency over time</h3>")
         out.append(

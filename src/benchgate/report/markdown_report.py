@@ -9,14 +9,19 @@ from typing import Any
 from .. import ledger
 from ..numfmt import MISSING, number
 from .aggregates import (
+    CAUSES_NOTE,
+    CAUSES_TITLE,
     CONFIG_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
     STAGED_VERDICT_NOTE,
     ArmRow,
+    CauseLine,
+    arm_config_notes,
     arm_headers,
     arm_rows,
+    cause_lines,
     config_legend,
     correction_text,
     is_staged_choice,
@@ -73,6 +78,15 @@ def _arm_table(rows: Sequence[ArmRow]) -> list[str]:
     )
 
 
+def _causes_md(lines: Sequence[CauseLine], note: bool = True) -> list[str]:
+    """One line per speculative arm and pair of releases: why its tokens/s changed."""
+    if not lines:
+        return []
+    out = [f"{CAUSES_TITLE}:", ""]
+    out += [f"- **{_md(c.label)}**: {_md(c.words)}" for c in lines]
+    return out + ["", *([_md(CAUSES_NOTE), ""] if note else [])]
+
+
 def _config_legend_md(runs: Sequence[RunView]) -> list[str]:
     """The serving configurations of ``runs`` by fingerprint; [] when none is known."""
     legend = config_legend(runs)
@@ -99,10 +113,16 @@ def _stage_title(name: str, params: Any) -> str:
 def _stages_md(runs: Sequence[RunView], choices: Sequence[Any]) -> list[str]:
     """One table per stage of the staged runs (each stage's own trials)."""
     lines = []
+    explained = False
     for name in stage_order(runs):
         lines += [f"Stage **{_md(_stage_title(name, stage_params(runs, name)))}**:", ""]
         lines += _arm_table(arm_rows(stage_runs(runs, name), stage_choices(choices, name)))
         lines.append("")
+        causes = cause_lines(stage_runs(runs, name))
+        lines += _causes_md(causes, note=False)
+        explained = explained or bool(causes)
+    if explained:
+        lines += [_md(f"{CAUSES_TITLE}: {CAUSES_NOTE}"), ""]
     return lines
 
 
@@ -229,11 +249,15 @@ def render_markdown(report: Report) -> str:
             lines += _staged_verdicts_md([v for v in report.verdicts if v.host == host])
             continue
         lines += _config_legend_md(runs)
+        differ = arm_config_notes(runs)
+        if differ:
+            lines += [f"- {_md(line)}" for line in differ] + [""]
         staged = [r for r in runs if r.stages]
         flat = [r for r in runs if not r.stages]
         if flat:
             lines += _arm_table(arm_rows(flat, choices))
             lines.append("")
+            lines += _causes_md(cause_lines(flat))
         if staged:
             lines += _stages_md(staged, choices)
             lines += _staged_ab_md(choices, stage_order(staged))
