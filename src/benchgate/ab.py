@@ -45,7 +45,7 @@ from typing import Any
 
 from . import numfmt, ranks, serve, stages, table
 from .samples import clean_samples, count_trials, samples_from_result
-from .serverconfig import config_text, fingerprint
+from .serverconfig import config_text, differences, fingerprint
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
@@ -364,8 +364,16 @@ def _config_lines(arms: Sequence[ArmOutcome]) -> list[str]:
     }
     if not legend:
         return []
-    return ["config: the server's configuration as each arm ran it:"] + [
-        f"  {fp}: {text}" for fp, text in legend.items()
+    off = next((a.server_config for a in arms if a.name == OFF), None)
+    apart = [
+        f"  {a.name} differs from off in more than speculation: {'; '.join(diff)}"
+        for a in arms
+        if a.name != OFF and (diff := differences(off, a.server_config, (OFF, a.name)))
+    ]
+    return [
+        "config: the server's configuration as each arm ran it:",
+        *(f"  {fp}: {text}" for fp, text in legend.items()),
+        *apart,
     ]
 
 
@@ -452,6 +460,8 @@ class StagedChoice:
     verdicts: dict[str, str] = field(default_factory=dict)
     # Composed arm -> the static arm it was composed from (:func:`composed_from`).
     composed: dict[str, str] = field(default_factory=dict)
+    # The rule's loss limit (%): how much slower than off an arm may be shown to be.
+    max_loss_pct: float = 5.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; ``arms`` (one entry per arm, its figures per stage) is
@@ -658,6 +668,7 @@ def _apply_rule(
             stage_list,
             verdicts,
             composed,
+            max_loss_pct,
         )
 
     off_failed = [s.stage for s in common if _status(outcome(s, OFF)) == "failed"]
@@ -690,33 +701,37 @@ def _apply_rule(
             if st not in extra and lo is not None and lo > min_gain_pct
         ]
         static = composed.get(arm.name)
-        if static is not None and not any(
-            (o.versus_static_lo_pct or 0.0) > min_gain_pct for o in outs.values()
-        ):
-            verdicts[arm.name] = f"not proven faster than {static} at any stage"
-            continue
+        # A composed arm must also beat the arm it came from somewhere.
+        not_static = (
+            f"not proven faster than {static} at any stage"
+            if static is not None
+            and not any((o.versus_static_lo_pct or 0.0) > min_gain_pct for o in outs.values())
+            else ""
+        )
         beyond = f" (and than {static} at {_beats_static(outs, min_gain_pct)})" if static else ""
         if decisive is not None:
-            if decisive in faster:
+            if decisive in faster and not not_static:
                 candidates.append((outs[decisive].gain_pct or 0.0, arm))
                 verdicts[arm.name] = f"faster at {decisive}{beyond}"
             else:
-                verdicts[arm.name] = f"not proven faster at {decisive}"
+                verdicts[arm.name] = not_static or f"not proven faster at {decisive}"
             continue
         his = {stage: o.gain_hi_pct for stage, o in outs.items()}
         slower = [st for st, hi in his.items() if hi is not None and hi < -max_loss_pct]
         unsure = [
             st for st, lo in lows.items() if st not in slower and (lo is None or lo < -max_loss_pct)
         ]
-        if slower or unsure:
-            said = []
-            if slower:
-                said.append(f"more than {max_loss_pct:g}% slower at {', '.join(slower)}")
-            if unsure:
-                said.append(f"not shown within {max_loss_pct:g}% of off at {', '.join(unsure)}")
+        said = []
+        if slower:
+            said.append(f"more than {max_loss_pct:g}% slower at {', '.join(slower)}")
+        if unsure:
+            said.append(f"not shown within {max_loss_pct:g}% of off at {', '.join(unsure)}")
+        if not faster and not said:
+            said.append("not proven faster at any stage")
+        if not_static:
+            said.append(not_static)
+        if said:
             verdicts[arm.name] = "; ".join(said)
-        elif not faster:
-            verdicts[arm.name] = "not proven faster at any stage"
         else:
             worst = min(o.gain_pct or 0.0 for o in outs.values())
             candidates.append((worst, arm))
@@ -809,8 +824,8 @@ class LoadSchedule:
 
     def advice(self) -> str:
         return (
-            f"{self.arm} is faster at {', '.join(self.helps_at)} and slower at "
-            f"{', '.join(self.hurts_at)}: vLLM can draft while {self.up_to} "
+            f"{self.arm} is faster at {', '.join(self.helps_at)} and not shown to be "
+            f"as fast at {', '.join(self.hurts_at)}: vLLM can draft while {self.up_to} "
             f"request{'' if self.up_to == 1 else 's'} or fewer run, and not above. "
             f"Measure that as an arm: "
             f"{{name: {self.name}, config: {json.dumps(self.config)}}} "
@@ -827,10 +842,12 @@ def _fixed_concurrency(params: Mapping[str, Any]) -> int | None:
 
 
 def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[LoadSchedule]:
-    """Arms proven faster than off at every low-load stage and proven slower at every
-    stage above them: drafting by load (vLLM's batch-size schedule) would keep the
-    gain and lose the loss, where one arm for all loads cannot. Stages with a request
-    rate (their batch size is not fixed) are left out; at least two stages are needed."""
+    """Arms proven faster than off at every low-load stage and, at every stage above
+    them, not shown within the rule's ``max_loss_pct`` of off (proven slower, or
+    possibly that much slower): drafting by load (vLLM's batch-size schedule) would
+    keep the gain and lose the loss or the risk, where one arm for all loads cannot.
+    Stages with a request rate (their batch size is not fixed) are left out; at least
+    two stages are needed."""
     fixed = [(c, s) for s in choice.stages if (c := _fixed_concurrency(s.params)) is not None]
     if len(fixed) < 2:
         return []
@@ -854,7 +871,9 @@ def drafting_by_load(choice: StagedChoice, min_gain_pct: float = 0.0) -> list[Lo
             if o and o.gain_lo_pct is not None and o.gain_lo_pct > min_gain_pct
         ]
         hurts = [
-            (c, st) for c, st, o in outs if o and o.gain_hi_pct is not None and o.gain_hi_pct < 0
+            (c, st)
+            for c, st, o in outs
+            if o and (c, st) not in helps and (o.gain_lo_pct or 0.0) < -choice.max_loss_pct
         ]
         if not helps or not hurts or len(helps) + len(hurts) != len(outs):
             continue
