@@ -8,6 +8,7 @@ import doctest
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +72,13 @@ def trial(
 
 
 JITTER = (0.0, 0.01, -0.01, 0.02, -0.02)
+#: Per stage (None: unstaged), the engine's figures of :func:`trial`.
+Levels = dict[str | None, dict[str, float]]
 
 
 def result(
     release: str,
-    levels: dict[str | None, dict[str, float]],
+    levels: Levels,
     *,
     server_config: dict[str, Any] | None = None,
     **kwargs: Any,
@@ -132,7 +135,8 @@ def test_only_the_step_cost_changed_is_the_engine() -> None:
     assert split.per_step_change_pct == pytest.approx(0.0, abs=1e-9)
     assert split.share_step == pytest.approx(1.0) and split.share_acceptance == pytest.approx(0.0)
     assert split.sentence == (
-        "tokens/s 10.9% lower (585.4 → 521.7): tokens per step 2.40 → 2.40 (no change; "
+        "tokens/s over all trials 10.9% lower (585.4 → 521.7): tokens per step 2.40 → 2.40 "
+        "(no change; "
         "acceptance length 2.40 → 2.40), time per step 4.10 → 4.60 ms (12.2% higher); "
         "of the change: acceptance 0%, step cost 100%: the engine got slower, not the drafter"
     )
@@ -195,7 +199,7 @@ def test_about_the_same_is_not_attributed() -> None:
     a = result("0.31.0", {None: BASE})
     split = one(a, result("0.32.0", {None: {**BASE, "step_ms": 4.12}}))
     assert split.cause == causes.SAME and split.share_step is None
-    assert split.sentence.startswith("tokens/s about the same (0.5% lower, ")
+    assert split.sentence.startswith("tokens/s over all trials about the same (0.5% lower, ")
     cancel = one(a, result("0.32.0", {None: {"length": 2.64, "step_ms": 4.51}}))
     assert cancel.cause == causes.SAME
     assert cancel.sentence.endswith(
@@ -203,19 +207,115 @@ def test_about_the_same_is_not_attributed() -> None:
     )
 
 
-def test_shares_add_up_and_the_rest_is_what_the_medians_leave() -> None:
+def test_shares_add_up_and_there_is_no_rest_where_the_counts_agree() -> None:
     a = result("0.31.0", {None: BASE})
     b = result("0.32.0", {None: {"length": 2.2, "step_ms": 4.3}})
     split = one(a, b)
     shares = [split.share_acceptance, split.share_step, split.share_rest]
     assert all(s is not None for s in shares)
-    assert sum(s or 0.0 for s in shares) == pytest.approx(1.0)
-    assert split.share_rest == pytest.approx(0.0, abs=0.02)
+    assert sum(s or 0.0 for s in shares) == pytest.approx(1.0, abs=1e-12)
+    assert split.share_rest == 0.0 and "rest" not in split.sentence
     assert split.a is not None and split.b is not None
-    # tokens/s = tokens per step / time per step, trial by trial.
+    # tokens/s = tokens per step / time per step, trial by trial and pooled.
     for t in causes.steps_of(a).trials:
         assert t.tokens_per_s == pytest.approx(1000 * t.tokens_per_step / t.step_ms)
+    assert split.a.tokens_per_s == pytest.approx(1000 * split.a.tokens_per_step / split.a.step_ms)
     assert math.isclose(split.a.acceptance_length, 2.4)
+
+
+def varied(figures: list[dict[str, Any]]) -> dict[str, Any]:
+    """A result of one arm whose trials differ: one trial per entry of ``figures``."""
+    return {
+        "schema": "benchgate.result/1",
+        "trials": [trial(i, **f) for i, f in enumerate(figures)],
+    }
+
+
+def test_pooled_parts_add_up_to_the_change_exactly() -> None:
+    """Figures pooled over the trials (ratios of sums): the acceptance's and the step
+    cost's parts add up to the change of tokens/s exactly, however much the trials vary,
+    where the medians of the three figures would leave a large rest."""
+    a = varied(
+        [
+            {"length": 3.0, "step_ms": 3.6, "drafted": 0.2, "output_tokens": 512},
+            {"length": 2.2, "step_ms": 3.1, "drafted": 0.25, "output_tokens": 1024},
+            {"length": 3.4, "step_ms": 4.0, "drafted": 0.15, "output_tokens": 300},
+            {"length": 2.6, "step_ms": 3.3, "drafted": 0.3, "output_tokens": 700},
+        ],
+    )
+    b = varied(
+        [
+            {"length": 2.1, "step_ms": 3.0, "drafted": 0.3, "output_tokens": 1500},
+            {"length": 3.3, "step_ms": 3.9, "drafted": 0.18, "output_tokens": 400},
+            {"length": 2.8, "step_ms": 3.4, "drafted": 0.22, "output_tokens": 512},
+            {"length": 3.6, "step_ms": 4.2, "drafted": 0.12, "output_tokens": 256},
+            {"length": 2.5, "step_ms": 3.2, "drafted": 0.28, "output_tokens": 900},
+        ],
+    )
+    split = one(a, b)
+    assert split.status == causes.SPLIT and split.cause != causes.UNCLEAR
+    assert split.a is not None and split.b is not None
+    assert split.share_acceptance is not None and split.share_step is not None
+    assert split.share_acceptance + split.share_step == pytest.approx(1.0, abs=1e-12)
+    assert split.share_rest == 0.0 and "rest" not in split.sentence
+    # Each part is the log change of its own pooled figure, and they make the whole.
+    total = math.log(split.b.tokens_per_s / split.a.tokens_per_s)
+    acc = math.log(split.b.tokens_per_step / split.a.tokens_per_step)
+    step = -math.log(split.b.step_ms / split.a.step_ms)
+    assert acc + step == pytest.approx(total, rel=1e-12, abs=1e-15)
+    assert split.share_acceptance == pytest.approx(acc / total, rel=1e-12)
+    # The pooled figures are the ratios of the sums of the trials' counts.
+    trials = b["trials"]
+    gen = sum(t["server"]["generation_tokens"] for t in trials)
+    acc_tokens = sum(t["server"]["spec_decode"]["accepted_tokens"] for t in trials)
+    drafts = sum(t["server"]["spec_decode"]["drafts"] for t in trials)
+    duration = sum(t["duration_s"] for t in trials)
+    assert split.b.tokens_per_s == pytest.approx(sum(t["output_tokens"] for t in trials) / duration)
+    assert split.b.tokens_per_step == pytest.approx(gen / (gen - acc_tokens))
+    assert split.b.step_ms == pytest.approx(1000 * duration / (gen - acc_tokens))
+    assert split.b.acceptance_length == pytest.approx(1 + acc_tokens / drafts)
+    assert split.b.drafted == pytest.approx(drafts / (gen - acc_tokens))
+    assert split.sentence.startswith("tokens/s over all trials ")
+
+    # The medians would not add up: a rest of more than a third of the change.
+    def med(steps: causes.Steps, name: str) -> float:
+        return float(statistics.median(getattr(t, name) for t in steps.trials))
+
+    sa, sb = causes.steps_of(a), causes.steps_of(b)
+    m_total = math.log(med(sb, "tokens_per_s") / med(sa, "tokens_per_s"))
+    m_acc = math.log(med(sb, "tokens_per_step") / med(sa, "tokens_per_step"))
+    m_step = -math.log(med(sb, "step_ms") / med(sa, "step_ms"))
+    assert abs(m_total - m_acc - m_step) > abs(m_total) / 3
+
+
+def test_a_rest_only_where_the_client_and_the_server_count_tokens_differently() -> None:
+    """The steps come from the server's count of tokens, tokens/s from the client's: where
+    the two disagree (differently on the two sides), what they leave is the rest, and
+    when it is more than a third of the change the split is not clear."""
+    a = result("0.31.0", {None: BASE})
+
+    def client_counts(res: dict[str, Any], factor: float) -> dict[str, Any]:
+        for t in res["trials"]:
+            t["output_tokens"] = round(t["output_tokens"] * factor)
+            t["metrics"]["output_tokens_per_s"] = t["output_tokens"] / t["duration_s"]
+        return res
+
+    b = client_counts(result("0.32.0", {None: {**BASE, "step_ms": 4.3}}), 0.98)
+    split = one(a, b)
+    assert split.cause == causes.ENGINE and split.share_rest is not None
+    assert split.a is not None and split.b is not None
+    total = math.log(split.b.tokens_per_s / split.a.tokens_per_s)
+    assert split.share_rest * total == pytest.approx(math.log(round(4096 * 0.98) / 4096))
+    assert split.sentence.endswith(
+        "of the change: acceptance 0%, step cost 70%, rest 30%: the engine got slower, "
+        "not the drafter"
+    )
+    unclear = one(a, client_counts(result("0.32.0", {None: {**BASE, "step_ms": 4.15}}), 0.9))
+    assert unclear.cause == causes.UNCLEAR
+    assert unclear.sentence.endswith(
+        "not clear: the client's and the server's counts of output tokens disagree, "
+        "so the steps do not account for the tokens/s"
+    )
 
 
 def test_missing_counters_are_not_split() -> None:
@@ -247,7 +347,7 @@ def test_plain_decoding_has_nothing_to_split() -> None:
 
 
 def test_staged_results_are_split_stage_by_stage() -> None:
-    levels = {"single": BASE, "busy": {"length": 2.2, "step_ms": 1.3}}
+    levels: Levels = {"single": BASE, "busy": {"length": 2.2, "step_ms": 1.3}}
     a = result("0.31.0", levels)
     b = result("0.32.0", {"single": BASE, "busy": {"length": 2.2, "step_ms": 1.6}})
     splits = causes.split_results(a, b)
@@ -337,7 +437,7 @@ def test_report_shows_why_an_arm_got_slower(tmp_path: Path) -> None:
     off_cfg = config()
     spec_cfg = config(*SPEC)
     async_cfg = config(*SPEC, "--async-scheduling")
-    plain = {None: {"length": 1.0, "step_ms": 3.0, "drafted": 0.0}}
+    plain: Levels = {None: {"length": 1.0, "step_ms": 3.0, "drafted": 0.0}}
     for rel, cfg, step in (("0.31.0", spec_cfg, 4.1), ("0.32.0", async_cfg, 4.6)):
         off = result(rel, plain, server_config=off_cfg, counters=False)
         ngram = result(rel, {None: {**BASE, "step_ms": step}}, server_config=cfg)
@@ -346,7 +446,8 @@ def test_report_shows_why_an_arm_got_slower(tmp_path: Path) -> None:
         record(db, arts, f"ngram-{rel}", ngram, phase="arm:ngram-k3", release=rel, recorded_at=day)
     rep = report.load_report(db)
     sentence = (
-        "tokens/s 10.9% lower (585.4 → 521.7): tokens per step 2.40 → 2.40 (no change; "
+        "tokens/s over all trials 10.9% lower (585.4 → 521.7): tokens per step 2.40 → 2.40 "
+        "(no change; "
         "acceptance length 2.40 → 2.40), time per step 4.10 → 4.60 ms (12.2% higher); "
         "of the change: acceptance 0%, step cost 100%: the engine got slower, not the drafter. "
         "These runs differ in more than speculation: --async-scheduling only in 0.32.0."
@@ -374,8 +475,8 @@ def test_report_shows_why_an_arm_got_slower(tmp_path: Path) -> None:
 
 def test_staged_report_splits_every_stage(tmp_path: Path) -> None:
     db, arts = tmp_path / "ledger.sqlite", tmp_path / "results"
-    before = {"single": BASE, "busy": {"length": 2.2, "step_ms": 1.3}}
-    after = {"single": {**BASE, "length": 2.0}, "busy": {"length": 2.2, "step_ms": 1.6}}
+    before: Levels = {"single": BASE, "busy": {"length": 2.2, "step_ms": 1.3}}
+    after: Levels = {"single": {**BASE, "length": 2.0}, "busy": {"length": 2.2, "step_ms": 1.6}}
     for rel, levels in (("0.31.0", before), ("0.32.0", after)):
         record(db, arts, rel, result(rel, levels), phase="arm:ngram-k3", release=rel)
     rep = report.load_report(db)

@@ -13,8 +13,8 @@ accepted draft tokens, in ``D`` drafts:
   verified bonus token, or the plain one of a step without a draft) plus the
   draft tokens accepted in it. Counted per request: with 16 requests in
   flight, one engine step is 16 of them;
-* tokens per step ``O / P`` and time per step ``T / P``, so that
-  tokens/s ``= (O / P) / (T / P)`` exactly;
+* tokens per step ``O / P`` and time per step ``T / P``, so that the
+  server's tokens/s ``O / T = (O / P) / (T / P)`` exactly;
 * the acceptance length ``L = 1 + A / D`` (tokens per verify step, the bonus
   token included: ``benchgate.ab.acceptance_of``'s figure) and the share of
   steps that drafted ``D / P``; tokens per step ``= 1 + (L - 1) * D / P``.
@@ -23,25 +23,38 @@ accepted draft tokens, in ``D`` drafts:
   n-gram drafter drafts only where the text repeats itself (a fifth of the
   steps in the demo), so ``T / D`` would mostly time steps without a draft.
 
-Between two sides A and B::
+A side's figures are pooled over its valid trials that drafted (ratios of
+sums, not medians of the trials' ratios): tokens/s ``ΣC / ΣT`` with ``C`` the
+client's count of output tokens, tokens per step ``ΣO / ΣP``, time per step
+``ΣT / ΣP``, acceptance length ``1 + ΣA / ΣD``, drafted ``ΣD / ΣP``. The
+identity then holds for the pooled figures as it does for one trial::
+
+    ΣO / ΣT = (ΣO / ΣP) / (ΣT / ΣP)
+
+(the medians of the three would not: the median of a ratio is not the ratio
+of the medians). Between two sides A and B::
 
     ln(tok_B / tok_A) = ln(per_step_B / per_step_A) - ln(step_B / step_A) + rest
 
 The first term is the acceptance's share of the change (the drafter: how many
 tokens it gets accepted, and how often it proposes), the second the step
-cost's (the engine), and ``rest`` the difference between the median of a
-ratio and the ratio of the medians, and between the client's count of output
-tokens (tokens/s) and the server's (the steps). Every figure is the median
-over the side's valid trials that drafted.
+cost's (the engine), and ``rest = ln((ΣC_B / ΣO_B) / (ΣC_A / ΣO_A))`` only
+the disagreement of the client's count of output tokens (tokens/s) with the
+server's (the steps), where it differs between the sides: zero where the
+counts agree (as where the server's count is missing and the client's is
+taken). The pooled
+tokens/s is the trials' tokens/s weighted by their durations, so it can differ
+from the median tokens/s the report shows elsewhere where the trials vary; the
+line says "over all trials".
 
 A part *dominates* when it carries more than two thirds of the log change
 (:data:`DOMINANT_SHARE`) while the other moved by at most a third; a change
 of tokens/s under :data:`SAME_PCT` percent is "about the same"; when the rest
-is more than a third of the change the split says it is not clear.
-Otherwise both parts are named.
+is more than a third of the change the split says it is not clear (the two
+counts of tokens disagree). Otherwise both parts are named.
 
-This is a description of the medians, not a test: the gate and the A/B
-judge whether a change is real; the split says what it is made of.
+This is a description, not a test: the gate and the A/B judge whether a
+change is real; the split says what it is made of.
 
 Pure functions, no I/O: the report (:mod:`benchgate.report`) and the tests
 call them.
@@ -50,7 +63,6 @@ call them.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -62,7 +74,8 @@ from .numfmt import figure, number, rise_words
 DOMINANT_SHARE = 2.0 / 3.0
 #: ... and the other part's share is at most this (either way).
 MINOR_SHARE = 1.0 / 3.0
-#: Above this share of the log change, the rest (tokens outside drafting) makes the split unclear.
+#: Above this share of the log change, the rest (the client's and the server's counts of
+#: output tokens disagree) makes the split unclear.
 REST_SHARE = 1.0 / 3.0
 #: A change of tokens/s below this many percent (either way) is "about the same".
 SAME_PCT = 1.0
@@ -113,13 +126,43 @@ def _num(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class StepTrial:
-    """One valid trial's figures for the split."""
+    """One valid trial's counts for the split (a side sums them: :func:`side_of`)."""
 
-    tokens_per_s: float  # the client's output tokens / duration
-    tokens_per_step: float  # server's generated tokens / steps
-    step_ms: float  # duration / steps, in ms
-    acceptance_length: float  # tokens per verify step, 1 + accepted / drafts
-    drafted: float  # share of the steps that drafted, drafts / steps
+    duration_s: float  # T, the trial's wall-clock duration
+    tokens: float  # C, the client's count of output tokens
+    generated: float  # O, the server's count of generated tokens (else the client's)
+    accepted: float  # A, accepted draft tokens
+    drafts: float  # D, drafts (draft/verify steps, per request)
+
+    @property
+    def steps(self) -> float:
+        """P = O - A: the steps, counted per request."""
+        return self.generated - self.accepted
+
+    @property
+    def tokens_per_s(self) -> float:
+        """The client's output tokens per second, C / T."""
+        return self.tokens / self.duration_s
+
+    @property
+    def tokens_per_step(self) -> float:
+        """O / P."""
+        return self.generated / self.steps
+
+    @property
+    def step_ms(self) -> float:
+        """T / P, in ms."""
+        return 1000.0 * self.duration_s / self.steps
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens per verify step, 1 + A / D."""
+        return 1.0 + self.accepted / self.drafts
+
+    @property
+    def drafted(self) -> float:
+        """The share of the steps that drafted, D / P."""
+        return self.drafts / self.steps
 
 
 @dataclass(frozen=True)
@@ -158,25 +201,18 @@ def _trial_step(trial: Mapping[str, Any]) -> tuple[bool, StepTrial | None]:
     client_out = _num(trial.get("output_tokens"))
     if duration is None and tok and client_out is not None:
         duration = client_out / tok
-    if tok is None and duration and client_out is not None:
-        tok = client_out / duration
+    if client_out is None and tok is not None and duration:
+        client_out = tok * duration
     # The steps from the server's own count of generated tokens (the same scrapes as
     # the accepted tokens), else the client's.
     generated = _num(server.get("generation_tokens"))
     if generated is None:
         generated = client_out
-    if tok is None or not duration or duration <= 0 or generated is None:
+    if client_out is None or not duration or duration <= 0 or generated is None:
         return True, None
-    steps = generated - accepted
-    if steps <= 0:
+    if generated - accepted <= 0:
         return True, None
-    return True, StepTrial(
-        tokens_per_s=tok,
-        tokens_per_step=generated / steps,
-        step_ms=1000.0 * duration / steps,
-        acceptance_length=1.0 + accepted / drafts,
-        drafted=drafts / steps,
-    )
+    return True, StepTrial(duration, client_out, generated, accepted, drafts)
 
 
 def steps_of(trials_or_result: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Steps:
@@ -219,31 +255,41 @@ def pool(parts: Iterable[Steps | None]) -> Steps | None:
 
 @dataclass(frozen=True)
 class Side:
-    """One side's medians over its trials that drafted."""
+    """One side's figures pooled over its trials that drafted (ratios of sums)."""
 
     trials: int
-    tokens_per_s: float
-    tokens_per_step: float
-    step_ms: float
-    acceptance_length: float
-    drafted: float
+    tokens_per_s: float  # ΣC / ΣT, the client's tokens
+    tokens_per_step: float  # ΣO / ΣP
+    step_ms: float  # ΣT / ΣP, in ms
+    acceptance_length: float  # 1 + ΣA / ΣD
+    drafted: float  # ΣD / ΣP
+    # ΣC / ΣO: the client's count of output tokens over the server's (1 where they agree).
+    client_over_server: float = 1.0
 
 
 def side_of(steps: Steps) -> Side | None:
-    """The medians of ``steps``; None when no trial drafted."""
+    """The figures of ``steps`` pooled over its trials; None when no trial drafted.
+
+    ``1000 * tokens_per_step / step_ms`` is the server's tokens/s ``ΣO / ΣT``, and
+    ``tokens_per_s`` that over ``client_over_server`` (up to rounding).
+    """
     if not steps.trials:
         return None
-
-    def med(name: str) -> float:
-        return float(statistics.median(getattr(t, name) for t in steps.trials))
-
+    trials = steps.trials
+    duration = math.fsum(t.duration_s for t in trials)
+    tokens = math.fsum(t.tokens for t in trials)
+    generated = math.fsum(t.generated for t in trials)
+    accepted = math.fsum(t.accepted for t in trials)
+    drafts = math.fsum(t.drafts for t in trials)
+    taken = generated - accepted  # ΣP
     return Side(
-        trials=len(steps.trials),
-        tokens_per_s=med("tokens_per_s"),
-        tokens_per_step=med("tokens_per_step"),
-        step_ms=med("step_ms"),
-        acceptance_length=med("acceptance_length"),
-        drafted=med("drafted"),
+        trials=len(trials),
+        tokens_per_s=tokens / duration,
+        tokens_per_step=generated / taken,
+        step_ms=1000.0 * duration / taken,
+        acceptance_length=1.0 + accepted / drafts,
+        drafted=drafts / taken,
+        client_over_server=tokens / generated,
     )
 
 
@@ -260,7 +306,8 @@ class Split:
     per_step_change_pct: float | None = None
     step_change_pct: float | None = None
     length_change_pct: float | None = None
-    # Shares of ln(tok_B / tok_A): acceptance + step cost + rest = 1.
+    # Shares of ln(tok_B / tok_A): acceptance + step cost + rest = 1; the rest is the
+    # client's and the server's counts of tokens disagreeing (0 where they agree).
     share_acceptance: float | None = None
     share_step: float | None = None
     share_rest: float | None = None
@@ -303,6 +350,9 @@ def _why_not(a: Steps | None, b: Steps | None, names: tuple[str, str]) -> Split 
     return None
 
 
+#: How the line names the pooled tokens/s (the report's median tokens/s can differ a little).
+TOKENS_WORDS = "tokens/s over all trials"
+
 #: Below this share of steps drafted (either side), the split names it.
 _MOSTLY_DRAFTED = 0.95
 
@@ -326,15 +376,15 @@ def _drafter_engine(c_acc: float, c_step: float) -> tuple[str, str]:
     )
 
 
-def _cause(c_acc: float, c_step: float, total: float) -> tuple[str, str, float, float, float]:
+def _cause(c_acc: float, c_step: float, c_rest: float) -> tuple[str, str, float, float, float]:
     """(cause, its words, share of acceptance, of step cost, of the rest)."""
-    s_acc, s_step = c_acc / total, c_step / total
-    s_rest = 1.0 - s_acc - s_step
+    total = c_acc + c_step + c_rest
+    s_acc, s_step, s_rest = c_acc / total, c_step / total, c_rest / total
     drafter, engine = _drafter_engine(c_acc, c_step)
     if abs(s_rest) > REST_SHARE:
         words = (
-            "not clear: the medians of tokens per step and time per step do not account "
-            "for the median tokens/s (the trials vary too much)"
+            "not clear: the client's and the server's counts of output tokens disagree, "
+            "so the steps do not account for the tokens/s"
         )
         return UNCLEAR, words, s_acc, s_step, s_rest
     one_percent = math.log(1.01)
@@ -392,9 +442,10 @@ def split_steps(
     per_step_pct = _pct(side_a.tokens_per_step, side_b.tokens_per_step)
     step_pct = _pct(side_a.step_ms, side_b.step_ms)
     len_pct = _pct(side_a.acceptance_length, side_b.acceptance_length)
+    # ln(tok_B / tok_A) = c_acc + c_step + c_rest, exactly for the pooled figures.
     c_acc = math.log(side_b.tokens_per_step / side_a.tokens_per_step)
     c_step = -math.log(side_b.step_ms / side_a.step_ms)
-    total = math.log(side_b.tokens_per_s / side_a.tokens_per_s)
+    c_rest = math.log(side_b.client_over_server / side_a.client_over_server)
     figures = _figures_words(side_a, side_b, per_step_pct, step_pct)
     tokens = f"{number(side_a.tokens_per_s)} → {number(side_b.tokens_per_s)}"
     changes = (side_a, side_b, tok_pct, per_step_pct, step_pct, len_pct)
@@ -403,11 +454,13 @@ def split_steps(
         if c_acc * c_step < 0 and min(abs(c_acc), abs(c_step)) >= math.log(1.01):
             drafter, engine = _drafter_engine(c_acc, c_step)
             tail = f": {drafter} and {engine}, and the two cancel out"
-        sentence = f"tokens/s about the same ({rise_words(tok_pct)}, {tokens}): {figures}{tail}"
+        sentence = (
+            f"{TOKENS_WORDS} about the same ({rise_words(tok_pct)}, {tokens}): {figures}{tail}"
+        )
         return Split(stage, SPLIT, sentence, *changes, cause=SAME)
-    cause, words, s_acc, s_step, s_rest = _cause(c_acc, c_step, total)
+    cause, words, s_acc, s_step, s_rest = _cause(c_acc, c_step, c_rest)
     sentence = (
-        f"tokens/s {rise_words(tok_pct)} ({tokens}): {figures}; "
+        f"{TOKENS_WORDS} {rise_words(tok_pct)} ({tokens}): {figures}; "
         f"{_share_words(s_acc, s_step, s_rest)}: {words}"
     )
     return Split(stage, SPLIT, sentence, *changes, s_acc, s_step, s_rest, cause)
