@@ -740,3 +740,28 @@ def test_an_arm_not_shown_within_the_loss_limit_under_load_gets_a_schedule_too()
     }
     choice = ab.choose_staged(arms, results)
     assert choice.winner == "ngram-k3" and ab.drafting_by_load(choice) == []
+
+
+def test_the_table_says_what_each_arm_ran_under() -> None:
+    arms = ab.expand_arms([NGRAM])
+    results = {name: _with_load(r, LOADS) for name, r in FLIP.items()}
+    host = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpus_online": 16, "gpus": []}
+    base = {"argv": ["vllm", "serve", "/m"], "env": {}, "host": host}
+    results["off"] = {
+        **results["off"],
+        "server_config": {**base, "engine": {"async_scheduling": True}},
+    }
+    results["ngram-k3"] = {
+        **results["ngram-k3"],
+        "server_config": {
+            **base,
+            "argv": [*base["argv"], "--speculative-config", "{}"],
+            "engine": {"async_scheduling": False},
+        },
+    }
+    table = ab.render_staged_table(ab.choose_staged(arms, results))
+    assert "  off ran under: host: Intel(R) Xeon(R) Processor, 16 CPUs online" in table
+    assert "engine: async scheduling off" in table
+    assert "ngram-k3 differs from off in more than speculation: async scheduling: on vs off" in (
+        table
+    )

@@ -999,6 +999,61 @@ def test_runs_of_one_release_with_different_configurations_are_shown_apart(
     assert f"| `{fp_starved}` | 1 | `tiny --max-num-seqs 1` |" in md
 
 
+def test_what_each_run_ran_under_is_shown_with_the_configurations(tmp_path: Path) -> None:
+    """Issue 34, 3: the host and what vLLM said at start-up are listed under the
+    legend, and an arm whose engine differs from off's (a draft model turns
+    asynchronous scheduling off) is named as differing in more than speculation."""
+    db, res = tmp_path / "ledger.sqlite", tmp_path / "results"
+    host = {
+        "cpu_model": "AMD EPYC 9654 96-Core Processor",
+        "cpus_online": 16,
+        "server_cpus": 16,
+        "gpus": [
+            {
+                "index": 0,
+                "name": "NVIDIA H100 80GB HBM3",
+                "driver_version": "580.159.04",
+                "sm_clock_mhz": 1980,
+                "sm_clock_max_mhz": 1980,
+                "memory_total_mib": 81559,
+            }
+        ],
+        "gpu_reason": None,
+    }
+    engine = {"vllm_version": "0.26.0", "async_scheduling": True, "model_runner": "V2"}
+    off = {"argv": ["vllm", "serve", "tiny"], "env": {}, "host": host, "engine": engine}
+    draft = {
+        **off,
+        "argv": [*off["argv"], "--speculative-config", "{}"],
+        "engine": {**engine, "async_scheduling": False, "model_runner": "V1"},
+    }
+    for name, phase, config, level in (
+        ("off", "baseline", off, 400.0),
+        ("draft", "arm:draft-k3", draft, 300.0),
+    ):
+        result = {**make_result("0.26.0", [level, level + 1]), "server_config": config}
+        record(db, res, name, result, host="gpu-1", phase=phase)
+    rep = report.load_report(db)
+    md = report.render_markdown(rep)
+    host_line = (
+        "- host: AMD EPYC 9654 96-Core Processor, 16 CPUs online, server on 16; GPU NVIDIA "
+        "H100 80GB HBM3 (driver 580.159.04, SM max 1980 MHz, 81559 MiB)"
+    )
+    assert host_line in md
+    assert "- engine, 0.26.0 · off: vLLM 0.26.0, async scheduling on, model runner V2" in md
+    assert "- engine, 0.26.0 · draft-k3: vLLM 0.26.0, async scheduling off, model runner V1" in md
+    assert "0.26.0: draft-k3 differs from off in more than speculation: async scheduling: on " in md
+    assert "model runner: V2 vs V1" in md
+    text = " ".join(" ".join(parse(report.render_html(rep)).text).split())
+    assert host_line[2:] in text and "engine, 0.26.0 · draft-k3: vLLM 0.26.0" in text
+    # Runs without them show no such lines.
+    bare = tmp_path / "bare.sqlite"
+    plain = {"argv": ["vllm", "serve", "tiny"], "env": {}}
+    result = {**make_result("0.26.0", [400.0, 401.0]), "server_config": plain}
+    record(bare, res, "bare", result, host="gpu-1", phase="baseline")
+    assert "- host:" not in report.render_markdown(report.load_report(bare))
+
+
 def test_narrow_columns_break_between_words_not_inside_them() -> None:
     """Issue 35, 4: the A/B choices table broke "release" into "rel / eas / e"
     (overflow-wrap: anywhere lets the browser size a column below a word)."""

@@ -137,7 +137,10 @@ options:
     description:
       - systemd unit of the server (C(vllm.service)). Its C(MainPID) and cgroup give
         the processes whose memory RV(service_memory) reports, and its invocation
-        checks that the cold-start record belongs to the current start.
+        checks that the cold-start record belongs to the current start. Its journal
+        since that start tells what vLLM said about itself (asynchronous scheduling,
+        model runner, CUDA graph mode, version), kept as the result's
+        C(server_config.engine) beside the host's CPU and GPUs in C(server_config.host).
     type: str
   service_pid:
     description:

@@ -45,7 +45,7 @@ from typing import Any
 
 from . import numfmt, ranks, serve, stages, table
 from .samples import clean_samples, count_trials, samples_from_result
-from .serverconfig import config_text, differences, fingerprint
+from .serverconfig import config_text, context_text, differences, fingerprint
 
 OFF = "off"
 OBJECTIVES = ("output_tokens_per_s", "request_throughput", "goodput")
@@ -370,9 +370,14 @@ def _config_lines(arms: Sequence[ArmOutcome]) -> list[str]:
         for a in arms
         if a.name != OFF and (diff := differences(off, a.server_config, (OFF, a.name)))
     ]
+    ran_under: dict[str, list[str]] = {}
+    for a in arms:
+        if text := context_text(a.server_config):
+            ran_under.setdefault(text, []).append(a.name)
     return [
         "config: the server's configuration as each arm ran it:",
         *(f"  {fp}: {text}" for fp, text in legend.items()),
+        *(f"  {', '.join(names)} ran under: {text}" for text, names in ran_under.items()),
         *apart,
     ]
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from . import nvidia_smi
+from . import confounds, nvidia_smi
 from .serverconfig import read_server_config
 
 # --------------------------------------------------------------------- safetensors
@@ -590,6 +590,8 @@ class ServiceProbe:
         proc_root: str = "/proc",
         cgroup_root: str = "/sys/fs/cgroup",
         show: Callable[[str], Mapping[str, str]] | None = None,
+        gpu_facts_run: confounds.Runner | None = None,
+        journal: confounds.JournalReader | None = None,
     ) -> None:
         self.unit = unit or None
         self.pid = pid
@@ -604,6 +606,9 @@ class ServiceProbe:
         self._proc_root = proc_root
         self._cgroup_root = cgroup_root
         self._show = show
+        # What reads the host's GPUs and the engine's journal (tests pass stand-ins).
+        self._gpu_facts_run = gpu_facts_run
+        self._journal = journal
         self.samples: dict[str, dict[str, Any]] = {}
         self.gpus: list[dict[str, Any]] | None = None
         self.gpu_reason: str | None = None
@@ -626,10 +631,25 @@ class ServiceProbe:
 
     def server_config(self) -> dict[str, Any] | None:
         """The server's configuration (:func:`benchgate.serverconfig.read_server_config`)
-        from its main process; None when no process was found or it cannot be read."""
+        from its main process, with what it ran under (:func:`benchgate.confounds.context`:
+        ``host``, ``engine`` and their reasons); None when no process was found or it
+        cannot be read."""
         if self.main_pid is None:
             return None
-        return read_server_config(self.main_pid, self._proc_root)
+        config = read_server_config(self.main_pid, self._proc_root)
+        if config is None:
+            return None
+        config.update(
+            confounds.context(
+                self.unit,
+                self.props if self.unit else None,
+                config.get("cpus"),
+                self._proc_root,
+                self._gpu_facts_run,
+                self._journal,
+            )
+        )
+        return config
 
     def memory_report(self) -> dict[str, Any]:
         have = any(

@@ -9,13 +9,19 @@ where it cannot be out of date, from the running server itself:
   values of flags that look secret (``--api-key``, tokens) replaced by ``***``;
 * ``env``: the environment variables that change how vLLM serves
   (:data:`ENV_PREFIXES`), none whose name looks secret;
-* ``cpus``: the CPUs the process may run on (a unit's ``CPUAffinity=``).
+* ``cpus``: the CPUs the process may run on (a unit's ``CPUAffinity=``);
+* ``host`` and ``engine`` (each None with ``host_reason`` / ``engine_reason`` when
+  not read): what it ran under, the CPU and GPUs and what vLLM said about itself
+  at start-up (:mod:`benchgate.confounds`).
 
 :func:`fingerprint` names a configuration by a short digest of what changes
 the figures (:func:`config_args`: the flags after ``serve``, without the ones
 that do not, :data:`IGNORED_FLAGS`; the environment; the CPUs), so that the
 report, ``benchgate history`` and the A/B tell configurations apart and list
-each fingerprint's settings in a legend (:func:`config_text`).
+each fingerprint's settings in a legend (:func:`config_text`). The host and the
+engine stay out of the fingerprint (a run keeps its fingerprint whether or not they
+were read); :func:`context_text` says them in a line, and :func:`differences`
+names where two configurations' hosts or engines differ.
 """
 
 from __future__ import annotations
@@ -209,6 +215,159 @@ def _as_text(values: Sequence[str]) -> str:
     return " ".join(values)
 
 
+def _block(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    block = config.get(key)
+    return block if isinstance(block, Mapping) else {}
+
+
+def _gpu_list(host: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    gpus = host.get("gpus")
+    if not isinstance(gpus, list):
+        return None
+    return [g for g in gpus if isinstance(g, Mapping)]
+
+
+def _gpu_names(gpus: Sequence[Mapping[str, Any]]) -> str:
+    """``NVIDIA H200``, ``4x NVIDIA H100 80GB HBM3``, ``none``."""
+    if not gpus:
+        return "none"
+    counts: dict[str, int] = {}
+    for g in gpus:
+        name = str(g.get("name") or "?")
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.items())
+
+
+def _same(gpus: Sequence[Mapping[str, Any]], key: str) -> Any:
+    """The one value every GPU has for ``key``; None when they differ or none says."""
+    values = {g.get(key) for g in gpus}
+    return values.pop() if len(values) == 1 else None
+
+
+def host_text(config: Mapping[str, Any] | None) -> str:
+    """The host in a line: ``AMD EPYC 9654 96-Core Processor, 16 CPUs online, server on
+    2; GPU NVIDIA H200 (driver 570.124.06, SM max 1980 MHz, 143771 MiB)``; ``""`` when
+    not known."""
+    host = _block(config, "host") if isinstance(config, Mapping) else {}
+    if not host:
+        return ""
+    parts = []
+    if host.get("cpu_model"):
+        parts.append(str(host["cpu_model"]))
+    if host.get("cpus_online"):
+        parts.append(f"{host['cpus_online']} CPUs online")
+    if host.get("server_cpus"):
+        parts.append(f"server on {host['server_cpus']}")
+    text = ", ".join(parts)
+    gpus = _gpu_list(host)
+    if gpus is not None:
+        details = []
+        if gpus and _same(gpus, "driver_version"):
+            details.append(f"driver {_same(gpus, 'driver_version')}")
+        if gpus and _same(gpus, "sm_clock_max_mhz"):
+            details.append(f"SM max {_same(gpus, 'sm_clock_max_mhz')} MHz")
+        if gpus and _same(gpus, "memory_total_mib"):
+            details.append(f"{_same(gpus, 'memory_total_mib')} MiB")
+        gpu = "GPU " + _gpu_names(gpus) + (f" ({', '.join(details)})" if details else "")
+        text = f"{text}; {gpu}" if text else gpu
+    return text
+
+
+def _on_off(value: Any) -> str | None:
+    return None if not isinstance(value, bool) else ("on" if value else "off")
+
+
+# The engine facts that differences and engine_text name: (key, label).
+_ENGINE_FACTS: tuple[tuple[str, str], ...] = (
+    ("async_scheduling", "async scheduling"),
+    ("model_runner", "model runner"),
+    ("cudagraph_mode", "CUDA graphs"),
+    ("compilation_mode", "compilation"),
+)
+
+
+def _engine_value(engine: Mapping[str, Any], key: str) -> str | None:
+    value = engine.get(key)
+    if key == "async_scheduling":
+        return _on_off(value)
+    return None if value is None else str(value)
+
+
+def engine_text(config: Mapping[str, Any] | None) -> str:
+    """What vLLM said about itself at start-up, in a line: ``vLLM 0.26.0, async
+    scheduling off, model runner V1, CUDA graphs PIECEWISE, compilation VLLM_COMPILE,
+    TP 1``; ``""`` when not known."""
+    engine = _block(config, "engine") if isinstance(config, Mapping) else {}
+    parts = []
+    if engine.get("vllm_version"):
+        parts.append(f"vLLM {engine['vllm_version']}")
+    for key, label in _ENGINE_FACTS:
+        value = _engine_value(engine, key)
+        if value is not None:
+            parts.append(f"{label} {value}")
+    if engine.get("enforce_eager") is True:
+        parts.append("eager")
+    if engine.get("tensor_parallel_size"):
+        parts.append(f"TP {engine['tensor_parallel_size']}")
+    return ", ".join(parts)
+
+
+def context_text(config: Mapping[str, Any] | None) -> str:
+    """What a configuration ran under, for a legend: ``host: ...; engine: ...``
+    (:func:`host_text`, :func:`engine_text`), the parts known; ``""`` when neither is.
+
+    >>> context_text({"argv": ["vllm", "serve", "m"], "host": {"cpus_online": 2,
+    ...     "gpus": []}, "engine": {"async_scheduling": False}})
+    'host: 2 CPUs online; GPU none; engine: async scheduling off'
+    """
+    parts = []
+    host, engine = host_text(config), engine_text(config)
+    if host:
+        parts.append(f"host: {host}")
+    if engine:
+        parts.append(f"engine: {engine}")
+    return "; ".join(parts)
+
+
+def context_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Where the hosts and engines of two configurations differ, among the facts both
+    state: the engine's asynchronous scheduling, model runner, CUDA graph and
+    compilation modes; the CPU model, the CPUs online, the GPUs, their driver,
+    maximum SM clock and memory. The vLLM version is left out (two releases differ in
+    it by design), and so are the tensor-parallel size and eager mode (flags that
+    :func:`differences` compares already) and the SM clock of the moment."""
+    out: list[str] = []
+    engine_a, engine_b = _block(a, "engine"), _block(b, "engine")
+    for key, label in _ENGINE_FACTS:
+        va, vb = _engine_value(engine_a, key), _engine_value(engine_b, key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{label}: {va} vs {vb}")
+    host_a, host_b = _block(a, "host"), _block(b, "host")
+    for key, label in (("cpu_model", "CPU model"), ("cpus_online", "CPUs online")):
+        va, vb = host_a.get(key), host_b.get(key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{label}: {va} vs {vb}")
+    gpus_a, gpus_b = _gpu_list(host_a), _gpu_list(host_b)
+    if gpus_a is None or gpus_b is None:
+        return out
+    names_a, names_b = _gpu_names(gpus_a), _gpu_names(gpus_b)
+    if names_a != names_b:
+        out.append(f"GPU: {names_a} vs {names_b}")
+    if not gpus_a or not gpus_b:
+        return out
+    for key, label, unit in (
+        ("driver_version", "GPU driver", ""),
+        ("sm_clock_max_mhz", "GPU max SM clock", " MHz"),
+        ("memory_total_mib", "GPU memory", " MiB"),
+    ):
+        if key == "memory_total_mib" and names_a != names_b:
+            continue  # another GPU: its memory differs by design
+        va, vb = _same(gpus_a, key), _same(gpus_b, key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{label}: {va} vs {vb}{unit}")
+    return out
+
+
 def differences(
     a: Mapping[str, Any] | None,
     b: Mapping[str, Any] | None,
@@ -216,7 +375,9 @@ def differences(
 ) -> list[str]:
     """How two serving configurations differ apart from speculative decoding, one line
     per difference: ``--async-scheduling only in B``, ``--max-num-seqs: 1 vs 256``,
-    ``VLLM_CPU_OMP_THREADS_BIND: 1 vs 0-1``, ``cpus: 1 vs 0-1``.
+    ``VLLM_CPU_OMP_THREADS_BIND: 1 vs 0-1``, ``cpus: 1 vs 0-1``, then what they ran
+    under (:func:`context_differences`): ``async scheduling: on vs off``, ``GPU: NVIDIA
+    H100 80GB HBM3 vs NVIDIA H200``, ``CPU model: ... vs ...``.
 
     The speculative setting (``--speculative-config`` and the old per-flag options,
     :data:`SPECULATIVE_FLAGS`) is left out, and so is what :func:`config_args` leaves
@@ -262,7 +423,7 @@ def differences(
             out.append(f"cpus {cpus_b} only in {name_b}")
         else:
             out.append(f"cpus: {cpus_a} vs {cpus_b}")
-    return out
+    return out + context_differences(a, b)
 
 
 __all__ = [
@@ -271,8 +432,12 @@ __all__ = [
     "SPECULATIVE_FLAGS",
     "config_args",
     "config_text",
+    "context_differences",
+    "context_text",
     "differences",
+    "engine_text",
     "fingerprint",
+    "host_text",
     "read_server_config",
     "redact_argv",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import causes
 from ..numfmt import MISSING, change_interval, change_words, medians_note, number
-from ..serverconfig import config_text, differences
+from ..serverconfig import config_text, differences, engine_text, host_text
 from .data import NOT_MEASURED, OFF, RunView, median, num, roofline_efficiency
 
 
@@ -150,6 +150,43 @@ def config_legend(runs: Sequence[RunView]) -> list[tuple[str, str, int]]:
             text, count = seen.get(r.config, (config_text(r.server_config), 0))
             seen[r.config] = (text, count + 1)
     return [(fp, text, count) for fp, (text, count) in seen.items()]
+
+
+def context_lines(runs: Sequence[RunView]) -> list[str]:
+    """What the runs ran under, for the serving-configurations legend: each host
+    description (:func:`benchgate.serverconfig.host_text`) with the releases measured
+    on it, then per release and arm the latest run's engine facts
+    (:func:`benchgate.serverconfig.engine_text`); [] when no run recorded them."""
+    hosts: dict[str, list[str]] = {}
+    engines: dict[tuple[str, str], str] = {}
+    for r in sorted(runs, key=lambda r: (r.recorded_at, r.id)):
+        host = host_text(r.server_config)
+        if host:
+            releases = hosts.setdefault(host, [])
+            if r.release not in releases:
+                releases.append(r.release)
+        engine = engine_text(r.server_config)
+        if engine:
+            engines[(r.release, r.arm)] = engine
+    several = len(hosts) > 1
+    out = [
+        f"host{' (' + ', '.join(sorted(rels, key=release_key)) + ')' if several else ''}: {text}"
+        for text, rels in hosts.items()
+    ]
+    out += [
+        f"engine, {release} · {arm}: {text}"
+        for (release, arm), text in sorted(
+            engines.items(), key=lambda kv: (release_key(kv[0][0]), arm_key(kv[0][1]))
+        )
+    ]
+    return out
+
+
+CONTEXT_NOTE = (
+    "host: the CPU and GPUs the server ran on (nvidia-smi, /proc/cpuinfo); engine: what "
+    "vLLM said about itself at start-up, read from the service's journal (its latest run "
+    "per release and arm). Both stay out of the fingerprint."
+)
 
 
 CONFIG_NOTE = (

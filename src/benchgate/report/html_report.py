@@ -14,6 +14,7 @@ from .aggregates import (
     CAUSES_NOTE,
     CAUSES_TITLE,
     CONFIG_NOTE,
+    CONTEXT_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
@@ -25,6 +26,7 @@ from .aggregates import (
     arm_rows,
     cause_lines,
     config_legend,
+    context_lines,
     correction_text,
     is_staged_choice,
     load_text,
@@ -120,7 +122,20 @@ def _config_legend_html(runs: Sequence[RunView]) -> str:
                 for fp, t, n in legend
             ],
         )
+        + _context_html(runs)
         + f'<p class="note">{_e(CONFIG_NOTE)}</p>'
+    )
+
+
+def _context_html(runs: Sequence[RunView]) -> str:
+    """What the runs ran under (host, engine), as a list; "" when none recorded it."""
+    lines = context_lines(runs)
+    if not lines:
+        return ""
+    return (
+        '<ul class="config-context">'
+        + "".join(f"<li>{_e(line)}</li>" for line in lines)
+        + f'</ul><p class="note">{_e(CONTEXT_NOTE)}</p>'
     )
 
 

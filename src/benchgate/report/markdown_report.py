@@ -12,6 +12,7 @@ from .aggregates import (
     CAUSES_NOTE,
     CAUSES_TITLE,
     CONFIG_NOTE,
+    CONTEXT_NOTE,
     STAGED_AB_HEADERS,
     STAGED_AB_NOTE,
     STAGED_VERDICT_HEADERS,
@@ -23,6 +24,7 @@ from .aggregates import (
     arm_rows,
     cause_lines,
     config_legend,
+    context_lines,
     correction_text,
     is_staged_choice,
     load_text,
@@ -100,9 +102,18 @@ def _config_legend_md(runs: Sequence[RunView]) -> list[str]:
             [[f"`{fp}`", str(n), f"`{t}`" if t else MISSING] for fp, t, n in legend],
         ),
         "",
+        *_context_md(runs),
         _md(CONFIG_NOTE),
         "",
     ]
+
+
+def _context_md(runs: Sequence[RunView]) -> list[str]:
+    """What the runs ran under (host, engine), as a list; [] when none recorded it."""
+    lines = context_lines(runs)
+    if not lines:
+        return []
+    return [*(f"- {_md(line)}" for line in lines), "", _md(CONTEXT_NOTE), ""]
 
 
 def _stage_title(name: str, params: Any) -> str:
