@@ -9,7 +9,7 @@ server.log.gz) and writes into OUT:
 
 - results/sNN-<name>-{sc1,sc64}.json: the bench results without per-request records
 - results/sNN-<name>.start.json: argv, ready time, processes, vCPU probe
-- results/sNN-<name>.pyspy.txt: the engine's collapsed stacks, where profiled
+- results/sNN-<name>.pyspy.txt.gz: the engine's collapsed stacks, where profiled
 - results/host.txt, results/runner.log
 - summary.json: per start and per trial: tok/s, acceptance, the engine main
   thread's CPU use and run-queue wait, CPU ms per verify step, GPU busy %,
@@ -163,9 +163,16 @@ def one_load(d: Path, load: str, engine: str | None) -> dict | None:
             # CPU time of the main thread per verify step (speculative) or per
             # decode step (plain; one step per token at c1)
             n = steps or (tr["output_tokens"] / max(1, data["workload"].get("concurrency", 1)))
-            if "main_run_s" in rec and n:
-                rec["main_cpu_ms_per_step"] = round(1000 * rec["main_run_s"] / n, 3)
             rec["ms_per_step"] = round(1000 * tr["duration_s"] / n, 3) if n else None
+            # The sample window (0.5 s samples, up to 0.3 s either side of the
+            # trial) is not the trial: run time over the window divided by the
+            # trial's steps overstates or understates by up to ~20 % on 2.5 s
+            # trials. The main thread's CPU rate over the window times the
+            # trial's time per step does not depend on the window's length.
+            if "main_cpu_pct" in rec and rec["ms_per_step"]:
+                rec["main_cpu_ms_per_step"] = round(
+                    rec["main_cpu_pct"] / 100 * rec["ms_per_step"], 3
+                )
         rec.update(gpu_use(smi, t0, t1))
         trials.append(rec)
     tps = [t["tok_s"] for t in trials]
@@ -214,6 +221,42 @@ CATS = [
 ]
 
 
+# Each main-thread sample in exactly one bucket, the first that matches. A
+# blocking device-to-host copy or event wait spins on the CPU (CUDA's default
+# schedule with one context and 16 vCPUs), so py-spy sees it as a running
+# Python line, not as idle: those leaf lines are the GPU wait.
+WAIT_LEAF = re.compile(
+    r"(synchronize \(|_get_valid_sampled_token_count \(|"
+    r"parse_output \(vllm/v1/sample/rejection_sampler\.py:273\))"
+)
+EXCL = [
+    ("draft propose (host)", re.compile(r"propose \(|propose_draft_token_ids \(")),
+    ("target forward (host)", re.compile(r"(_model_forward|execute_model) \(.*model_runner")),
+    ("sampler / rejection / bookkeeping", re.compile(r"sample_tokens \(|_bookkeeping_sync|ampler")),
+    ("scheduler", re.compile(r"schedule \(.*scheduler\.py")),
+    ("output processing", re.compile(r"update_from_output|process_outputs|AsyncOutput")),
+]
+
+
+def exclusive_split(main: list[tuple[str, int]]) -> dict:
+    n_main = sum(n for _, n in main) or 1
+    out = {"GPU wait (blocking copy / event sync)": 0}
+    out.update({name: 0 for name, _ in EXCL})
+    out["other"] = 0
+    for stack, n in main:
+        leaf = stack.split(";")[-1]
+        if WAIT_LEAF.search(leaf):
+            out["GPU wait (blocking copy / event sync)"] += n
+            continue
+        for name, rx in EXCL:
+            if rx.search(stack):
+                out[name] += n
+                break
+        else:
+            out["other"] += n
+    return {k: round(100 * v / n_main, 1) for k, v in out.items()}
+
+
 def pyspy_split(path: Path, tid: str) -> dict | None:
     if not path.exists():
         return None
@@ -241,6 +284,7 @@ def pyspy_split(path: Path, tid: str) -> dict | None:
         "main_samples": n_main,
         "threads_samples": total_by_thread,
         "inclusive_pct": split,
+        "exclusive_pct": exclusive_split(main),
         "top_leaf_pct": [[f, round(100 * n / n_main, 1)] for f, n in top],
     }
 
@@ -313,7 +357,10 @@ def main() -> int:
         prof = pyspy_split(d / "pyspy-engine-sc1.txt", engine or "")
         if prof:
             s["pyspy_sc1"] = prof
-            shutil.copy(d / "pyspy-engine-sc1.txt", out / "results" / f"{d.name}.pyspy.txt")
+            # gzipped: the raw stacks are 0.1-0.5 MB a start, and what is
+            # tracked travels with every carried part (64 MiB in all)
+            with gzip.open(out / "results" / f"{d.name}.pyspy.txt.gz", "wb") as f:
+                f.write((d / "pyspy-engine-sc1.txt").read_bytes())
         s.update(log_facts(d))
         if (d / "metrics.txt").exists():
             shutil.copy(d / "metrics.txt", out / "results" / f"{d.name}.metrics.txt")
@@ -357,13 +404,25 @@ def main() -> int:
                 "cv_across_starts_pct": round(cv(meds), 2) if cv(meds) is not None else None,
                 "mean": round(st.mean(meds), 2),
             }
+            later = meds[1:]
+            if len(later) > 1:
+                # each arm's first start compiled from scratch (ready 80-86 s
+                # on 2026-12-06 against 44-54 s for the later ones)
+                per_arm[arm][load]["spread_pct_later_starts"] = round(
+                    100 * (max(later) / min(later) - 1), 1
+                )
     # over all speculative trials at c1: does speed follow GPU busy, main-thread CPU per step?
+    # Pooled over both speculative arms the arm itself is a confounder (the
+    # async arm is faster and busier), so also within each arm.
     rel = {}
-    for load in ("sc1", "sc64"):
+    groups = [("sc1", None), ("sc64", None)] + [
+        (load, arm) for arm in arms if arm != "off" for load in ("sc1", "sc64")
+    ]
+    for load, only in groups:
         tr = [
             t
             for s in starts
-            if s.get("arm", "off") != "off" and load in s
+            if s.get("arm", "off") != "off" and load in s and (only is None or s["arm"] == only)
             for t in s[load]["trials"]
         ]
         pairs = {}
@@ -380,7 +439,10 @@ def main() -> int:
             if len(xs) >= 3:
                 c = corr([a for a, _ in xs], [b for _, b in xs])
                 pairs[key] = round(c, 3) if c is not None else None
-        rel[load] = {"trials": len(tr), "r_tok_s_with": pairs}
+        rel[load if only is None else f"{load}, {only}"] = {
+            "trials": len(tr),
+            "r_tok_s_with": pairs,
+        }
     summary = {"starts": starts, "per_arm": per_arm, "speculative_trials": rel}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     md = [
@@ -415,16 +477,23 @@ def main() -> int:
         md.append("| " + " | ".join(str(c) for c in cells) + " |")
     md += [
         "",
-        "| arm | load | starts | medians | spread (max/min - 1) | CV across starts |",
-        "|---|---|---|---|---|---|",
+        "| arm | load | starts | medians | spread (max/min - 1) | CV across starts "
+        "| spread without the arm's first start |",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm, loads in per_arm.items():
         for load, r in loads.items():
             md.append(
                 f"| {arm} | {load} | {r['starts']} | {', '.join(str(x) for x in r['medians'])} | "
-                f"{r['spread_pct']} % | {r['cv_across_starts_pct']} % |"
+                f"{r['spread_pct']} % | {r['cv_across_starts_pct']} % | "
+                f"{r.get('spread_pct_later_starts', '-')} % |"
             )
-    md += ["", "Correlation of a speculative trial's tok/s with (over all speculative trials):", ""]
+    md += [
+        "",
+        "Correlation of a speculative trial's tok/s with (over all speculative trials, "
+        "then within each arm):",
+        "",
+    ]
     for load, r in rel.items():
         md.append(
             f"- {load} ({r['trials']} trials): "
@@ -438,6 +507,11 @@ def main() -> int:
                 f"py-spy, start {s['n']} ({s['arm']}), engine main thread, c1 bench: "
                 f"{p.get('main_samples')} samples; inclusive: "
                 + ", ".join(f"{k} {v} %" for k, v in (p.get("inclusive_pct") or {}).items()),
+            ]
+            md += [
+                "",
+                "exclusive (each sample once): "
+                + ", ".join(f"{k} {v} %" for k, v in (p.get("exclusive_pct") or {}).items()),
             ]
             md += [
                 "",
