@@ -765,3 +765,84 @@ def test_the_table_says_what_each_arm_ran_under() -> None:
     assert "ngram-k3 differs from off in more than speculation: async scheduling: on vs off" in (
         table
     )
+
+
+# --- a speculative winner must win again in later server starts (issue 34) ---
+
+
+def _faster_everywhere(seed: int, busy: float = 460.0) -> dict[str, Any]:
+    return _with_load(staged_arm_result({"single": 125.0, "busy": busy}, seed=seed), LOADS)
+
+
+def test_a_winner_that_wins_again_in_a_later_start_is_kept() -> None:
+    arms = ab.expand_arms([NGRAM])
+    off = _with_load(FLIP["off"], LOADS)
+    choice = ab.choose_staged(arms, {"off": off, "ngram-k3": _faster_everywhere(3)})
+    assert choice.winner == "ngram-k3"
+    later = {"off": _with_load(staged_arm_result({"single": 100.0, "busy": 400.0}, seed=7), LOADS),
+             "ngram-k3": _faster_everywhere(8)}  # fmt: skip
+    ab.confirm_across_starts(choice, arms, [later])
+    assert choice.winner == "ngram-k3" and choice.config == NGRAM
+    (check,) = choice.starts
+    assert check.start == 2 and check.held and set(check.gains) == {"single", "busy"}
+    assert choice.reason.endswith("it held in 2 server starts")
+    table = ab.render_staged_table(choice)
+    assert "start 2: ngram-k3 against off: single " in table and ": held" in table
+    assert choice.to_dict()["starts"][0]["held"] is True
+
+
+def test_a_winner_that_loses_a_later_start_is_not_decided_and_off_serves() -> None:
+    arms = ab.expand_arms([NGRAM])
+    off = _with_load(FLIP["off"], LOADS)
+    choice = ab.choose_staged(arms, {"off": off, "ngram-k3": _faster_everywhere(3)})
+    # The second start of the same arm: slower under load (a start that disagrees).
+    later = {"off": _with_load(staged_arm_result({"single": 100.0, "busy": 400.0}, seed=7), LOADS),
+             "ngram-k3": _faster_everywhere(8, busy=340.0)}  # fmt: skip
+    third = {"off": off, "ngram-k3": _faster_everywhere(9)}
+    ab.confirm_across_starts(choice, arms, [later, third])
+    assert choice.winner == "off" and choice.config == {}
+    assert [c.start for c in choice.starts] == [2]  # it stops at the first disagreement
+    assert choice.reason.startswith("ngram-k3 won at start 1 and not at start 2 (")
+    assert choice.reason.endswith("not decided across starts, so plain decoding serves")
+    assert choice.verdicts["ngram-k3"] == "won at start 1, not at start 2: not decided"
+    assert choice.verdicts["off"] == "chosen"
+    assert "did not hold (off chosen)" in ab.render_staged_table(choice)
+
+
+def test_a_later_start_not_measured_does_not_confirm() -> None:
+    arms = ab.expand_arms([NGRAM])
+    results = {"off": arm_result(100.0), "ngram-k3": arm_result(130.0)}
+    choice = ab.choose(arms, results)
+    assert choice.winner == "ngram-k3"
+    ab.confirm_across_starts(choice, arms, [{"off": arm_result(100.0, seed=5)}])
+    assert choice.winner == "off"
+    assert {a.name: a.status for a in choice.arms} == {"off": "winner", "ngram-k3": "not decided"}
+
+
+def test_off_chosen_needs_no_later_start() -> None:
+    arms = ab.expand_arms([NGRAM])
+    choice = ab.choose(arms, {"off": arm_result(100.0), "ngram-k3": arm_result(60.0)})
+    assert ab.confirm_across_starts(choice, arms, [{"off": arm_result(100.0)}]) is choice
+    assert choice.winner == "off" and choice.starts == []
+
+
+def test_module_keeps_a_winner_only_across_starts_and_records_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    db = tmp_path / "ledger.sqlite"
+    arms = [{"name": "off", "config": {}}, {"name": "ngram-k3", "config": NGRAM}]
+    first = {"off": arm_result(100.0), "ngram-k3": arm_result(130.0, seed=1)}
+    second = {"off": arm_result(100.0, seed=2), "ngram-k3": arm_result(97.0, seed=3)}
+    kind, out = _run_module(
+        monkeypatch,
+        {"arms": arms, "results": first, "starts": [second], "ledger": str(db), "host": "h1",
+         "release": "0.32.0"},
+    )  # fmt: skip
+    assert kind == "exit", out
+    assert out["winner"] == "off" and out["config"] == {}
+    assert out["starts"][0]["start"] == 2 and out["starts"][0]["held"] is False
+    assert "not decided across starts" in out["reason"]
+    phases = sorted(r.phase for r in ledger.runs(db, host="h1"))
+    assert phases == ["arm:ngram-k3", "arm:ngram-k3#2", "arm:off", "arm:off#2"]
+    (choice,) = ledger.ab_choices(db, host="h1")
+    assert choice["winner"] == "off"

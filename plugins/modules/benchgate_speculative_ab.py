@@ -71,6 +71,17 @@ options:
         example off measured again at a composed arm's threshold stage.
     type: dict
     default: {}
+  starts:
+    description:
+      - Later server starts of off and the winner, one dict per start (the second start
+        first), each with a result per arm name as in O(results). A speculative winner is
+        kept only when each of these starts, judged alone by the same rule between off and
+        it, chooses it again; at the first that does not, plain decoding serves and the
+        result says the arm was not decided across starts. Each start's results go to
+        the ledger as phases C(arm:<name>#<start>).
+    type: list
+    elements: dict
+    default: []
   errors:
     description:
       - Why an arm could not be measured, per arm name (for example the start-up
@@ -169,6 +180,17 @@ arms:
   returned: always
   type: list
   elements: dict
+starts:
+  description:
+    - The later server starts that checked a speculative winner (O(starts)), each with
+      C(start), C(arm), the C(winner) that start alone chose, its C(reason), the arm's
+      C(gains) against off per stage in % and whether it C(held). Empty when off was chosen
+      from the first start or no later start was given.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{start: 2, arm: ngram-k3, winner: ngram-k3, held: true,
+            gains: {single: 14.8, busy: 1.2}, reason: "..."}]
 by_load:
   description:
     - Only for a staged workload. Arms proven faster than off at every low-load stage and
@@ -237,6 +259,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     },
     "results": {"type": "dict", "required": True},
     "extra_results": {"type": "dict", "default": {}},
+    "starts": {"type": "list", "elements": "dict", "default": []},
     "errors": {"type": "dict", "default": {}},
     "objective": {
         "type": "str",
@@ -300,6 +323,21 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         rule=params["rule"],
         max_loss_pct=params["max_loss_pct"],
     )
+    starts = [
+        {name: _load(value, f"{name}#{number}") for name, value in start.items()}
+        for number, start in enumerate(params["starts"] or [], start=2)
+    ]
+    bg_ab.confirm_across_starts(
+        choice,
+        arms,
+        starts,
+        objective=params["objective"],
+        min_gain_pct=params["min_gain_pct"],
+        alpha=params["alpha"],
+        min_trials=params["min_trials"],
+        rule=params["rule"],
+        max_loss_pct=params["max_loss_pct"],
+    )
     out = choice.to_dict()
     result: dict[str, Any] = {
         "changed": False,
@@ -308,6 +346,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "reason": out["reason"],
         "arms": out["arms"],
         "by_load": out.get("by_load", []),
+        "starts": out.get("starts", []),
         "table": (
             bg_ab.render_staged_table(choice)
             if isinstance(choice, bg_ab.StagedChoice)
@@ -327,6 +366,17 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
                     release=params["release"],
                     speculative=arm.config,
                 )
+        for number, start in enumerate(starts, start=2):
+            for name, measured in start.items():
+                if measured:
+                    run_ids[f"{name}#{number}"] = bg_ledger.record_result(
+                        params["ledger"],
+                        measured,
+                        host=params["host"],
+                        phase=f"arm:{name}#{number}",
+                        release=params["release"],
+                        speculative=next((a.config for a in arms if a.name == name), {}),
+                    )
         choice_id = bg_ledger.record_ab_choice(
             params["ledger"], out, host=params["host"], release=params["release"]
         )

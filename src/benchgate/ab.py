@@ -156,6 +156,32 @@ class ArmOutcome:
 
 
 @dataclass
+class StartCheck:
+    """One later server start of off and the winner, judged alone by the same rule."""
+
+    start: int  # 2, 3, ...: the first start is the A/B itself
+    arm: str  # the winner of the first start
+    winner: str | None  # what this start alone chose
+    reason: str
+    gains: dict[str, float | None]  # the arm's change against off per stage ("" unstaged), %
+
+    @property
+    def held(self) -> bool:
+        return self.winner == self.arm
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "held": self.held}
+
+    def line(self) -> str:
+        gains = ", ".join(
+            f"{stage + ' ' if stage else ''}{numfmt.change_words(gain)}"
+            for stage, gain in self.gains.items()
+        )
+        what = "held" if self.held else f"did not hold ({self.winner or 'none'} chosen)"
+        return f"start {self.start}: {self.arm} against off: {gains or 'not measured'}: {what}"
+
+
+@dataclass
 class Choice:
     winner: str | None
     config: dict[str, Any]
@@ -164,6 +190,8 @@ class Choice:
     arms: list[ArmOutcome]
     #: The one-sided level of each arm's bounds against off (the interval is 1 - 2 alpha).
     alpha: float = 0.05
+    #: The later server starts that checked a speculative winner (:func:`confirm_across_starts`).
+    starts: list[StartCheck] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +201,7 @@ class Choice:
             "objective": self.objective,
             "reason": self.reason,
             "arms": [a.to_dict() for a in self.arms],
+            "starts": [c.to_dict() for c in self.starts],
         }
 
 
@@ -420,6 +449,7 @@ def render_table(choice: Choice) -> str:
         lines
         + [_explain(choice.objective, level)]
         + _config_lines(choice.arms)
+        + [check.line() for check in choice.starts]
         + [f"chosen: {choice.winner or 'none'}: {choice.reason}"]
     )
 
@@ -467,6 +497,8 @@ class StagedChoice:
     composed: dict[str, str] = field(default_factory=dict)
     # The rule's loss limit (%): how much slower than off an arm may be shown to be.
     max_loss_pct: float = 5.0
+    #: The later server starts that checked a speculative winner (:func:`confirm_across_starts`).
+    starts: list[StartCheck] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; ``arms`` (one entry per arm, its figures per stage) is
@@ -504,6 +536,7 @@ class StagedChoice:
             "arms": arms,
             "stages": [s.to_dict() for s in self.stages],
             "by_load": [hint.to_dict() for hint in drafting_by_load(self)],
+            "starts": [c.to_dict() for c in self.starts],
         }
 
 
@@ -795,6 +828,72 @@ def choose_any(
     return choose(arms, results, errors, objective, min_gain_pct, alpha, min_trials)
 
 
+def confirm_across_starts(
+    choice: Choice | StagedChoice,
+    arms: Sequence[Arm],
+    starts: Sequence[Mapping[str, Mapping[str, Any] | None]],
+    objective: str = "output_tokens_per_s",
+    min_gain_pct: float = 0.0,
+    alpha: float = 0.05,
+    min_trials: int = 3,
+    rule: str = DEFAULT_RULE,
+    max_loss_pct: float = 5.0,
+) -> Choice | StagedChoice:
+    """Keep a speculative winner only when it wins again in every later server start.
+
+    ``starts``: for the second start on, off's and the winner's results (by arm
+    name), each a fresh start of both. Each start is judged alone, by the same
+    rule, between off and the winner; the first start where the winner is not
+    chosen ends it: plain decoding serves and the choice says the arm was not
+    decided across starts. A start that was not measured (an arm without a
+    result) counts as one where it did not win. ``choice`` is changed in place
+    and returned; with off (or nothing) chosen, or no later start, it is as it was.
+    """
+    if choice.winner in (None, OFF) or not starts:
+        return choice
+    arm = next(a for a in arms if a.name == choice.winner)
+    off = next(a for a in arms if a.name == OFF)
+    for number, results in enumerate(starts, start=2):
+        pair = {OFF: results.get(OFF), arm.name: results.get(arm.name)}
+        errors = {name: "not measured in this start" for name, r in pair.items() if not r}
+        sub = choose_any(
+            [off, arm], pair, errors, objective, min_gain_pct, alpha, min_trials, rule, max_loss_pct
+        )
+        check = StartCheck(number, arm.name, sub.winner, sub.reason, _gains_of(sub, arm.name))
+        choice.starts.append(check)
+        if not check.held:
+            break
+    last = choice.starts[-1]
+    if last.held:
+        choice.reason += f"; it held in {len(choice.starts) + 1} server starts"
+        return choice
+    choice.reason = (
+        f"{arm.name} won at start 1 and not at start {last.start} ({last.reason}): "
+        f"not decided across starts, so plain decoding serves"
+    )
+    choice.winner, choice.config = OFF, {}
+    not_decided = f"won at start 1, not at start {last.start}: not decided"
+    if isinstance(choice, StagedChoice):
+        choice.verdicts[arm.name] = not_decided
+        choice.verdicts[OFF] = "chosen"
+    else:
+        for outcome in choice.arms:
+            if outcome.name == arm.name:
+                outcome.status, outcome.note = "not decided", not_decided
+            elif outcome.name == OFF:
+                outcome.status = "winner"
+    return choice
+
+
+def _gains_of(choice: Choice | StagedChoice, arm: str) -> dict[str, float | None]:
+    if isinstance(choice, StagedChoice):
+        return {
+            s.stage: next((a.gain_pct for a in s.choice.arms if a.name == arm), None)
+            for s in choice.stages
+        }
+    return {"": next((a.gain_pct for a in choice.arms if a.name == arm), None)}
+
+
 #: vLLM's batch-size schedule for the draft length (``SpeculativeConfig``; in
 #: 0.31.0 and 0.32.0): ``[[first, last, k], ...]``, k = 0 drafts nothing, the
 #: last entry's k carries on above its range.
@@ -962,6 +1061,7 @@ def render_staged_table(choice: StagedChoice) -> str:
         *(f"  {name}: {verdict}" for name, verdict in choice.verdicts.items()),
         *_composed_lines(choice),
         *(f"by load: {hint.advice()}" for hint in drafting_by_load(choice)),
+        *(check.line() for check in choice.starts),
         f"chosen: {choice.winner or 'none'}: {choice.reason}",
     ]
     return "\n".join(lines)
