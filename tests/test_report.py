@@ -263,6 +263,9 @@ def test_arm_names() -> None:
     assert report.arm_of("baseline", None) == "off"
     assert report.arm_of("candidate", {}) == "off"
     assert report.arm_of("arm:off", {"method": "ngram"}) == "off"
+    # A later server start of an arm (the A/B's check across starts) is the same arm.
+    assert report.arm_of("arm:ngram-k3#2", None) == "ngram-k3"
+    assert report.arm_of("arm:off#3", None) == "off"
     assert report.arm_of("arm-eagle-k2", None) == "eagle-k2"
     assert report.arm_of("spec:ngram-k3", None) == "ngram-k3"
     assert report.arm_of("candidate", {"method": "ngram", "num_speculative_tokens": 3}) == (

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import sqlite3
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -190,6 +191,7 @@ def arm_of(phase: str | None, speculative: Mapping[str, Any] | None) -> str:
     (``candidate:arm:ngram-k3``); ``arm-ngram-k3`` and ``spec:ngram-k3``, which
     older releases wrote, still do; other phases
     (``baseline``, ``candidate``) take the name from the mapping; no mapping is "off".
+    A later server start of an arm (``arm:ngram-k3#2``) is the same arm.
     """
     p = (phase or "").strip()
     # A gate's side with an arm: "candidate:arm:ngram-k3" (the staged upgrade's).
@@ -198,7 +200,8 @@ def arm_of(phase: str | None, speculative: Mapping[str, Any] | None) -> str:
         p = tail
     for prefix in ("arm:", "arm-", "spec:", "spec-"):
         if p.lower().startswith(prefix) and len(p) > len(prefix):
-            rest = p[len(prefix) :]
+            # "arm:ngram-k3#2": a later server start of the arm (the A/B's check), the same arm.
+            rest = re.sub(r"#[0-9]+$", "", p[len(prefix) :]) or p[len(prefix) :]
             return OFF if rest.lower() in ("off", "none", "disabled", "plain") else rest
     return speculative_label(speculative)
 
