@@ -46,6 +46,8 @@ WORKLOADS = {
     # issue 34's spread experiment (spread.py): 5 trials at c1, 3 at c64
     "sc1": REPO / "lab/gpu/workloads/spread-c1.yml",
     "sc64": REPO / "lab/gpu/workloads/spread-c64.yml",
+    # issue 36: the threshold of a schedule that drafts with one request only
+    "sc2": REPO / "lab/gpu/workloads/spread-c2.yml",
 }
 
 
@@ -56,6 +58,7 @@ def _server(
     port: int,
     repeats: int = 1,
     extra: list[str] | None = None,
+    schedule: list[list[int]] | None = None,
 ) -> dict:
     spec = None
     if draft:
@@ -66,6 +69,8 @@ def _server(
             "rejection_sample_method": "synthetic",
             "synthetic_acceptance_rates": REPORT_RATES[:k],
         }
+        if schedule:
+            spec["num_speculative_tokens_per_batch_size"] = schedule
     return {
         "release": release,
         "draft": draft,
@@ -107,6 +112,10 @@ SERVERS = {
     # disabled") but accepts when asked (vllm/config/vllm.py lists draft_model
     # among the methods allowed with --async-scheduling)
     "v26-d06b-k3-async": _server(NEW, "qwen3-0.6b", 3, 8025, extra=["--async-scheduling"]),
+    # issue 36 (prepared 2026-12-06, not run): the 4B draft at k=3 (faster than
+    # plain at one stream, slower at 64 on an H100) and its composed schedule,
+    # drafting with one request only; 0.26.0's wheel declares the key
+    "v26-d4b-k3-upto1": _server(NEW, "qwen3-4b", 3, 8026, schedule=[[1, 1, 3], [2, 2, 0]]),
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
@@ -181,6 +190,11 @@ BATCHES = {
     "45": ["v26-off"],
     "46": ["v26-d06b-k3"],
     "47": ["v26-d06b-k3-async"],
+    # issue 36 (prepared, not run): plain, the 4B k=3 arm and its schedule, each
+    # at c1, c2 (the threshold) and c64: spread.py --batches 48,49,50 --loads sc1,sc2,sc64
+    "48": ["v26-off"],
+    "49": ["v26-d4b-k3"],
+    "50": ["v26-d4b-k3-upto1"],
 }
 
 

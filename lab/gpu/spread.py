@@ -207,7 +207,7 @@ def cpu_probe(n_loops: int = 1_500_000) -> dict[str, float]:
     return out
 
 
-def run_start(n: int, batch: str, pyspy: bool) -> dict:
+def run_start(n: int, batch: str, pyspy: bool, loads: tuple[str, ...] = ("sc1", "sc64")) -> dict:
     name = ex.BATCHES[batch][0]
     d = OUT / f"s{n:02d}-{name}"
     d.mkdir(parents=True, exist_ok=True)
@@ -232,7 +232,7 @@ def run_start(n: int, batch: str, pyspy: bool) -> dict:
             pids["engine"] = engine
         rec["thread_names"] = {k: thread_names(p) for k, p in pids.items()}
         rec["cpu_probe_s"] = cpu_probe()
-        for load in ("sc1", "sc64"):
+        for load in loads:
             smi_f = d / f"smi-{load}.csv"
             smi = subprocess.Popen(
                 [
@@ -303,6 +303,9 @@ def main() -> int:
     p.add_argument("--pyspy", default="", help="batches whose c1 bench is profiled")
     p.add_argument("--deadline", type=float, help="epoch s: launch no start after deadline-170")
     p.add_argument("--first", type=int, default=1, help="number of the first start")
+    p.add_argument(
+        "--loads", default="sc1,sc64", help="experiment.py workloads each start runs, in order"
+    )
     a = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     prof = set(filter(None, a.pyspy.split(",")))
@@ -311,7 +314,7 @@ def main() -> int:
             log(f"deadline: batch {b} and later not started")
             break
         try:
-            run_start(a.first + i, b, b in prof)
+            run_start(a.first + i, b, b in prof, tuple(a.loads.split(",")))
         except Exception as e:  # keep going: the next start is still worth having
             log(f"start {a.first + i} batch {b} FAILED: {e!r}")
             name = ex.BATCHES[b][0]
