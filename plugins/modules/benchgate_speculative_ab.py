@@ -311,33 +311,18 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         parts = [results.get(name), *(more if isinstance(more, list) else [more])]
         results[name] = _load([p for p in parts if p], name)
     errors = {str(k): str(v) for k, v in (params["errors"] or {}).items()}
+    # The rule's settings, the same for the first start and every later one.
+    rule = {
+        key: params[key]
+        for key in ("objective", "min_gain_pct", "alpha", "min_trials", "rule", "max_loss_pct")
+    }
     # choose_any: arm by arm at every stage of a staged workload, else as before.
-    choice = bg_ab.choose_any(
-        arms,
-        results,
-        errors,
-        objective=params["objective"],
-        min_gain_pct=params["min_gain_pct"],
-        alpha=params["alpha"],
-        min_trials=params["min_trials"],
-        rule=params["rule"],
-        max_loss_pct=params["max_loss_pct"],
-    )
+    choice = bg_ab.choose_any(arms, results, errors, **rule)
     starts = [
         {name: _load(value, f"{name}#{number}") for name, value in start.items()}
         for number, start in enumerate(params["starts"] or [], start=2)
     ]
-    bg_ab.confirm_across_starts(
-        choice,
-        arms,
-        starts,
-        objective=params["objective"],
-        min_gain_pct=params["min_gain_pct"],
-        alpha=params["alpha"],
-        min_trials=params["min_trials"],
-        rule=params["rule"],
-        max_loss_pct=params["max_loss_pct"],
-    )
+    bg_ab.confirm_across_starts(choice, arms, starts, **rule)
     out = choice.to_dict()
     result: dict[str, Any] = {
         "changed": False,

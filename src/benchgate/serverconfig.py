@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +368,26 @@ def context_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]
     return out
 
 
+def _compare(
+    keys: Iterable[str],
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    names: tuple[str, str],
+    alone: Callable[[str, Any], str],
+    value: Callable[[Any], str],
+) -> list[str]:
+    """``<alone> only in <name>`` for a key on one side, ``key: <a> vs <b>`` where they differ."""
+    out = []
+    for key in keys:
+        if key not in b:
+            out.append(f"{alone(key, a[key])} only in {names[0]}")
+        elif key not in a:
+            out.append(f"{alone(key, b[key])} only in {names[1]}")
+        elif a[key] != b[key]:
+            out.append(f"{key}: {value(a[key])} vs {value(b[key])}")
+    return out
+
+
 def differences(
     a: Mapping[str, Any] | None,
     b: Mapping[str, Any] | None,
@@ -399,22 +419,23 @@ def differences(
     if pos_a != pos_b:
         label = "model" if len(pos_a) <= 1 and len(pos_b) <= 1 else "arguments"
         out.append(f"{label}: {_as_text(pos_a) or '-'} vs {_as_text(pos_b) or '-'}")
-    for flag in [*opts_a, *(f for f in opts_b if f not in opts_a)]:
-        if flag not in opts_b:
-            out.append(f"{_as_text([flag, *opts_a[flag]])} only in {name_a}")
-        elif flag not in opts_a:
-            out.append(f"{_as_text([flag, *opts_b[flag]])} only in {name_b}")
-        elif opts_a[flag] != opts_b[flag]:
-            out.append(f"{flag}: {_as_text(opts_a[flag])} vs {_as_text(opts_b[flag])}")
-    env_a = _env(a)
-    env_b = _env(b)
-    for key in sorted(set(env_a) | set(env_b)):
-        if key not in env_b:
-            out.append(f"{key}={env_a[key]} only in {name_a}")
-        elif key not in env_a:
-            out.append(f"{key}={env_b[key]} only in {name_b}")
-        elif env_a[key] != env_b[key]:
-            out.append(f"{key}: {env_a[key]} vs {env_b[key]}")
+    out += _compare(
+        [*opts_a, *(f for f in opts_b if f not in opts_a)],
+        opts_a,
+        opts_b,
+        names,
+        alone=lambda flag, values: _as_text([flag, *values]),
+        value=_as_text,
+    )
+    env_a, env_b = _env(a), _env(b)
+    out += _compare(
+        sorted(set(env_a) | set(env_b)),
+        env_a,
+        env_b,
+        names,
+        alone=lambda key, value: f"{key}={value}",
+        value=str,
+    )
     cpus_a, cpus_b = a.get("cpus") or None, b.get("cpus") or None
     if cpus_a != cpus_b:
         if cpus_b is None:
