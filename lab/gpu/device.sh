@@ -9,7 +9,10 @@
 #   collect                 tar results + log tails into $OUT
 #   pyspy                   unpack the carried py-spy wheel (.cache/gpu/tools) to $BG/pyspy
 #   facts                   host CPU model, cores, steal, GPU clocks into results/spread/host.txt
-#   spread ARGS             copy src/ + lab/gpu/ to $BG/repo, start spread.py ARGS detached
+#   spread ARGS             copy the tree (not .cache) to $BG/repo, start spread.py ARGS detached
+#   ansible                 ansible-core from the carried wheels (.cache/gpu/tools/ansible) into $BG/ansible
+#   roles TAGS              lab/gpu/roles.yml: the vllm_install role, vllm_facts, and (bench)
+#                           vllm_benchmark + benchgate_gate on experiment.py's batch 51
 #   watch S                 up to S seconds: print spread.py's log, tar results/spread to $OUT
 #                           every 20 s (spread.tgz); returns early once spread.py wrote DONE
 set -u
@@ -34,7 +37,10 @@ while [ $# -gt 0 ]; do
       fi
       mkdir -p "$BG/vllm-$v/bin"
       if command -v unzip >/dev/null; then unzip -q -o "$BG/slim/vllm-$v.zip" -d "$BG/vllm-$v"
-      else python3 -m zipfile -e "$BG/slim/vllm-$v.zip" "$BG/vllm-$v"; fi && rm -f "$BG/slim/vllm-$v.zip"
+      else python3 -m zipfile -e "$BG/slim/vllm-$v.zip" "$BG/vllm-$v"; fi
+      # the slimmed wheel again, for the vllm_install role (roles.yml): a wheel by name
+      mkdir -p "$BG/wheelhouse" && mv "$BG/slim/vllm-$v.zip" "$BG/wheelhouse/vllm-$v-cp38-abi3-manylinux_2_28_x86_64.whl"
+      cp -n "$BG"/deps.wheels/*.whl "$BG/wheelhouse/" 2>/dev/null
       printf '#!/bin/sh\nexec python3 -m vllm.entrypoints.cli.main "$@"\n' > "$BG/vllm-$v/bin/vllm"
       chmod +x "$BG/vllm-$v/bin/vllm"
       PYTHONPATH="$BG/vllm-$v:$BG/deps" python3 -c "import vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, 'imports')" 2>&1 | tail -3 ;;
@@ -48,6 +54,8 @@ while [ $# -gt 0 ]; do
       done ;;
     launch)
       PYTHONPATH=src python3 lab/gpu/experiment.py launch "$1"; shift ;;
+    stop)
+      PYTHONPATH=src python3 lab/gpu/experiment.py stop "$1"; shift ;;
     measure)
       b=$1; shift; extra=()
       while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do
@@ -79,7 +87,7 @@ while [ $# -gt 0 ]; do
       grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)|Hypervisor" "$BG/results/spread/host.txt"
       nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv ;;
     spread)
-      rm -rf "$BG/repo" && mkdir -p "$BG/repo/lab" && cp -r src "$BG/repo/" && cp -r lab/gpu "$BG/repo/lab/"
+      rm -rf "$BG/repo" && mkdir -p "$BG/repo" && tar --exclude=./.cache -cf - . | tar -xf - -C "$BG/repo"
       (cd "$BG/repo" && PYTHONPATH=src setsid nohup python3 lab/gpu/spread.py "$@" > "$BG/spread.log" 2>&1 < /dev/null &)
       shift $#; sleep 2; cat "$BG/spread.log" ;;
     watch)
@@ -93,6 +101,27 @@ while [ $# -gt 0 ]; do
         sleep 20
       done
       nvidia-smi --query-gpu=memory.used,utilization.gpu,clocks.sm --format=csv,noheader ;;
+    ansible)
+      # ansible-core and its requirements from the carried wheels, beside the image's Python
+      $PIPI --target "$BG/ansible" .cache/gpu/tools/ansible/*.whl 2>&1 | tail -3
+      PYTHONPATH="$BG/ansible" python3 -m ansible playbook --version | head -3 ;;
+    roles)
+      # roles.yml with TAGS (install,facts | bench); the wheelhouse's dependencies are
+      # vllm_install_extra_packages, exact pins from their file names
+      tags=$1; shift
+      python3 - "$BG" > "$BG/roles-vars.json" <<'PY'
+import json, pathlib, sys
+bg = pathlib.Path(sys.argv[1])
+pins = sorted("==".join(w.name.split("-")[:2]) for w in (bg / "wheelhouse").glob("*.whl")
+              if not w.name.startswith("vllm-"))
+off = sorted((bg / "results" / "spread").glob("s*-v26-off"))  # its last start: the baseline
+base = {f"baseline_{load}": str(off[-1] / f"bench-{load}.json") for load in ("sc1", "ac64")}
+print(json.dumps({"vllm_install_extra_packages": pins, "vllm_install_python": sys.executable,
+                  **(base if off else {})}))
+PY
+      PYTHONPATH="$BG/ansible" ANSIBLE_CONFIG="$PWD/ansible.cfg" python3 -m ansible playbook \
+        -i localhost, -e ansible_python_interpreter="$(command -v python3)" -e @"$BG/roles-vars.json" \
+        --tags "$tags" lab/gpu/roles.yml 2>&1 | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -48,6 +48,8 @@ WORKLOADS = {
     "sc64": REPO / "lab/gpu/workloads/spread-c64.yml",
     # issue 36: the threshold of a schedule that drafts with one request only
     "sc2": REPO / "lab/gpu/workloads/spread-c2.yml",
+    # issues 36 and 34 (point 2): c64 with 5 trials, enough for the A/B's bound
+    "ac64": REPO / "lab/gpu/workloads/ab-c64.yml",
 }
 
 
@@ -116,6 +118,9 @@ SERVERS = {
     # plain at one stream, slower at 64 on an H100) and its composed schedule,
     # drafting with one request only; 0.26.0's wheel declares the key
     "v26-d4b-k3-upto1": _server(NEW, "qwen3-4b", 3, 8026, schedule=[[1, 1, 3], [2, 2, 0]]),
+    # issue 34, point 5 (2026-12-07): plain decoding served from the release
+    # that the vllm_install role installed (lab/gpu/roles.yml), not the lab's
+    "r26-off": {**_server(NEW, None, 0, 8030), "root": str(BG / "opt-vllm")},
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
@@ -195,14 +200,17 @@ BATCHES = {
     "48": ["v26-off"],
     "49": ["v26-d4b-k3"],
     "50": ["v26-d4b-k3-upto1"],
+    # issue 34, point 5: the roles' release, measured by the modules (roles.yml)
+    "51": ["r26-off"],
 }
 
 
 def argv_of(name: str) -> list[str]:
     s = SERVERS[name]
     kv = 6 * GIB if s["speculative"] else 4 * GIB
+    vllm = f"{s['root']}/current/bin/vllm" if "root" in s else f"{BG}/vllm-{s['release']}/bin/vllm"
     return serve.build_serve_argv(
-        str(BG / f"vllm-{s['release']}" / "bin" / "vllm"),
+        vllm,
         str(BG / "models" / "qwen3-14b"),
         served_model_name="qwen3-14b",
         host="127.0.0.1",
@@ -229,8 +237,9 @@ def argv_of(name: str) -> list[str]:
 def env_of(name: str) -> dict[str, str]:
     s = SERVERS[name]
     env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # a role-installed release brings its own packages
     env.update(
-        PYTHONPATH=f"{BG}/vllm-{s['release']}:{BG}/deps",
+        **({} if "root" in s else {"PYTHONPATH": f"{BG}/vllm-{s['release']}:{BG}/deps"}),
         VLLM_USE_FLASHINFER_SAMPLER="0",  # flashinfer is not carried
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",

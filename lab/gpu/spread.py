@@ -4,6 +4,9 @@ come from? On the device machine, detached from the call that starts it.
 
     python3 lab/gpu/spread.py --batches 39,40,41,... [--pyspy 43,44] [--deadline EPOCH]
 
+A batch named `roles` runs `device.sh launch 51 roles bench stop 51` in turn
+(issue 34, point 5: the product's modules measure a role-installed server).
+
 For each batch of experiment.py in turn (one server each): launch it, wait
 for /health, time a fixed single-thread loop on every vCPU (is one vCPU slower
 than another right now?), then bench it at concurrency 1 and 64
@@ -308,11 +311,22 @@ def main() -> int:
     )
     a = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "DONE").unlink(missing_ok=True)
     prof = set(filter(None, a.pyspy.split(",")))
     for i, b in enumerate(a.batches.split(",")):
         if a.deadline and time.time() > a.deadline - 170:
             log(f"deadline: batch {b} and later not started")
             break
+        if b == "roles":  # issue 34, point 5: the product's modules on batch 51 (roles.yml)
+            log("roles: launch 51, roles bench, stop 51")
+            done = subprocess.run(
+                ["bash", "lab/gpu/device.sh", "launch", "51", "roles", "bench", "stop", "51"],
+                capture_output=True,
+                text=True,
+            )
+            (OUT / "roles.log").write_text(done.stdout + done.stderr)
+            log(f"roles: rc {done.returncode}")
+            continue
         try:
             run_start(a.first + i, b, b in prof, tuple(a.loads.split(",")))
         except Exception as e:  # keep going: the next start is still worth having
