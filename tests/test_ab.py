@@ -846,3 +846,9 @@ def test_module_keeps_a_winner_only_across_starts_and_records_them(
     assert phases == ["arm:ngram-k3", "arm:ngram-k3#2", "arm:off", "arm:off#2"]
     (choice,) = ledger.ab_choices(db, host="h1")
     assert choice["winner"] == "off"
+
+
+def test_a_change_below_the_rounding_reads_as_no_change_from_off() -> None:
+    assert ab._than_off(0.01) == "no change from off"
+    assert ab._than_off(4.0) == "4.0% better than off"
+    assert ab._than_off(-12.5) == "12.5% worse than off"

@@ -38,7 +38,9 @@ def _wheel(folder: Path) -> Path:
         f"{dist}/METADATA": (
             f"Metadata-Version: 2.1\nName: vllm\nVersion: {VERSION}\nRequires-Dist: {MISSING}\n"
         ),
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
         f"{dist}/entry_points.txt": "[console_scripts]\nvllm = vllm.cli:main\n",
     }
     record = [_record_line(name, text.encode()) for name, text in files.items()]
@@ -78,7 +80,9 @@ def test_a_wheelhouse_for_the_hosts_image_installs_with_no_deps_and_system_packa
         "system_site_packages": True,
         "no_deps": True,
     }
-    ran = subprocess.run([str(release / "bin" / "vllm"), "--version"], capture_output=True, text=True)
+    ran = subprocess.run(
+        [str(release / "bin" / "vllm"), "--version"], capture_output=True, text=True
+    )
     assert ran.stdout.strip() == VERSION
 
     again = _install(
@@ -99,9 +103,7 @@ def test_without_no_deps_the_missing_dependency_stops_the_install_and_nothing_se
     real, root = _root(tmp_path, "symlinked-root")
     wheelhouse = _wheel(tmp_path / "wheelhouse").parent
 
-    done = _install(
-        tmp_path, root, vllm_version=VERSION, vllm_install_wheelhouse=str(wheelhouse)
-    )
+    done = _install(tmp_path, root, vllm_version=VERSION, vllm_install_wheelhouse=str(wheelhouse))
     out = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0, out[-3000:]
     assert f"Installing vllm=={VERSION}" in out and "benchgate-absent-torch" in out, out[-3000:]

@@ -259,10 +259,16 @@ def _outcome(arm: Arm, result: Mapping[str, Any] | None, objective: str) -> ArmO
     return out
 
 
+def _than_off(gain_pct: float | None) -> str:
+    """The change in words: "4.0% better than off", or "no change from off" below 0.05%."""
+    words = numfmt.change_words(gain_pct)
+    return "no change from off" if words == "no change" else f"{words} than off"
+
+
 def _versus_off(outcome: ArmOutcome, alpha: float) -> str:
     """The arm's change against off in the gate's words: "4.0% better than off (90% interval
     1.0% worse to 9.0% better)"; the objective is one that is better higher."""
-    text = f"{numfmt.change_words(outcome.gain_pct)} than off"
+    text = _than_off(outcome.gain_pct)
     if outcome.gain_lo_pct is None or outcome.gain_hi_pct is None:
         return text
     return (
@@ -788,10 +794,10 @@ def _apply_rule(
         if arm is not best:
             verdicts[arm.name] += f"; beaten by {best.name}"
     what = (
-        f"beats plain decoding at stage {decisive} ({numfmt.change_words(best_gain)} than off)"
+        f"beats plain decoding at stage {decisive} ({_than_off(best_gain)})"
         if decisive is not None
         else f"beats plain decoding at some stage and is nowhere more than {max_loss_pct:g}% "
-        f"slower (worst stage: {numfmt.change_words(best_gain)} than off)"
+        f"slower (worst stage: {_than_off(best_gain)})"
     )
     return done(best, f"{best.name} {what} on {objective}: {best.name} serves")
 
