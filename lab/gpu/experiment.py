@@ -61,8 +61,10 @@ def _server(
     repeats: int = 1,
     extra: list[str] | None = None,
     schedule: list[list[int]] | None = None,
+    quant: str | None = None,
 ) -> dict:
     spec = None
+    extra = [*(extra or []), *(["--quantization", quant] if quant else [])]
     if draft:
         spec = {
             "method": "draft_model",
@@ -73,6 +75,8 @@ def _server(
         }
         if schedule:
             spec["num_speculative_tokens_per_batch_size"] = schedule
+        if quant:  # the draft quantised as the target (the field report's 4B FP8)
+            spec["quantization"] = quant
     return {
         "release": release,
         "draft": draft,
@@ -80,7 +84,7 @@ def _server(
         "port": port,
         "speculative": spec,
         "repeats": repeats,
-        "extra": list(extra or []),
+        "extra": extra,
     }
 
 
@@ -121,6 +125,18 @@ SERVERS = {
     # issue 34, point 5 (2026-12-07): plain decoding served from the release
     # that the vllm_install role installed (lab/gpu/roles.yml), not the lab's
     "r26-off": {**_server(NEW, None, 0, 8030), "root": str(BG / "opt-vllm")},
+    # issue 34, point 4 (prepared 2026-12-07, not run): the field report's own
+    # configuration, target and 4B draft in FP8 (online quantisation of the
+    # dummy weights), plain and k=3, each also with --max-num-batched-tokens 8192
+    **{
+        f"v{r[2:4]}-fp8-{arm}{tag}": _server(
+            r, draft, 3 if draft else 0, port, extra=mnbt, quant="fp8"
+        )
+        for r, base in ((NEW, 8040), (OLD, 8050))
+        for i, (arm, draft) in enumerate((("off", None), ("d4b-k3", "qwen3-4b")))
+        for j, (tag, mnbt) in enumerate((("", []), ("-8192", ["--max-num-batched-tokens", "8192"])))
+        for port in (base + 2 * i + j,)
+    },
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
@@ -202,6 +218,16 @@ BATCHES = {
     "50": ["v26-d4b-k3-upto1"],
     # issue 34, point 5: the roles' release, measured by the modules (roles.yml)
     "51": ["r26-off"],
+    # issue 34, point 4: one server each, 0.26.0 then 0.24.0
+    **{
+        str(52 + n): [name]
+        for n, name in enumerate(
+            f"v{v}-fp8-{arm}{tag}"
+            for v in ("26", "24")
+            for arm in ("off", "d4b-k3")
+            for tag in ("", "-8192")
+        )
+    },
 }
 
 
