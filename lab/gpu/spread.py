@@ -309,7 +309,9 @@ def main() -> int:
     p.add_argument(
         "--loads", default="sc1,sc64", help="experiment.py workloads each start runs, in order"
     )
+    p.add_argument("--skip", default="", help="server:load pairs not measured (v26-d4b-k3:sc2,...)")
     a = p.parse_args()
+    skip = {tuple(pair.split(":", 1)) for pair in a.skip.split(",") if ":" in pair}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "DONE").unlink(missing_ok=True)
     prof = set(filter(None, a.pyspy.split(",")))
@@ -328,7 +330,9 @@ def main() -> int:
             log(f"roles: rc {done.returncode}")
             continue
         try:
-            run_start(a.first + i, b, b in prof, tuple(a.loads.split(",")))
+            name = ex.BATCHES[b][0]
+            loads = tuple(x for x in a.loads.split(",") if (name, x) not in skip)
+            run_start(a.first + i, b, b in prof, loads)
         except Exception as e:  # keep going: the next start is still worth having
             log(f"start {a.first + i} batch {b} FAILED: {e!r}")
             name = ex.BATCHES[b][0]
