@@ -121,7 +121,7 @@ print(json.dumps({"vllm_install_extra_packages": pins, "vllm_install_python": sy
 PY
       PYTHONPATH="$BG/ansible" ANSIBLE_CONFIG="$PWD/ansible.cfg" python3 -m ansible playbook \
         -i localhost, -e ansible_python_interpreter="$(command -v python3)" -e @"$BG/roles-vars.json" \
-        --tags "$tags" lab/gpu/roles.yml 2>&1 | tail -60 ;;
+        --tags "$tags" ${ROLES_EXTRA:-} lab/gpu/roles.yml 2>&1 | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
