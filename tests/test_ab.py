@@ -789,6 +789,12 @@ def test_a_winner_that_wins_again_in_a_later_start_is_kept() -> None:
     table = ab.render_staged_table(choice)
     assert "start 2: ngram-k3 against off: single " in table and ": held" in table
     assert choice.to_dict()["starts"][0]["held"] is True
+    ab.note_start_seconds(choice, {"2": 103.4})
+    assert check.seconds == 103.4 and choice.to_dict()["starts"][0]["seconds"] == 103.4
+    assert ": held (took 103 s)" in ab.render_staged_table(choice)
+    assert choice.reason.endswith(
+        "it held in 2 server starts (later server starts: 103 s on this host)"
+    )
 
 
 def test_a_winner_that_loses_a_later_start_is_not_decided_and_off_serves() -> None:
@@ -836,7 +842,7 @@ def test_module_keeps_a_winner_only_across_starts_and_records_them(
     kind, out = _run_module(
         monkeypatch,
         {"arms": arms, "results": first, "starts": [second], "ledger": str(db), "host": "h1",
-         "release": "0.32.0"},
+         "release": "0.32.0", "starts_seconds": {"2": 97}},
     )  # fmt: skip
     assert kind == "exit", out
     assert out["winner"] == "off" and out["config"] == {}
@@ -846,6 +852,9 @@ def test_module_keeps_a_winner_only_across_starts_and_records_them(
     assert phases == ["arm:ngram-k3", "arm:ngram-k3#2", "arm:off", "arm:off#2"]
     (choice,) = ledger.ab_choices(db, host="h1")
     assert choice["winner"] == "off"
+    # What the second start cost, on its line and in the reason the ledger keeps.
+    assert out["starts"][0]["seconds"] == 97 and "(took 97 s)" in out["table"]
+    assert choice["reason"].endswith("(later server starts: 97 s on this host)")
 
 
 def test_a_change_below_the_rounding_reads_as_no_change_from_off() -> None:

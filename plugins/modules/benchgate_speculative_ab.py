@@ -82,6 +82,13 @@ options:
     type: list
     elements: dict
     default: []
+  starts_seconds:
+    description:
+      - What each later start cost on this host, in seconds (restarts and measurements),
+        by start number (C("2")). Shown on each start's line, and their sum at the end of
+        the reason (so in the ledger and the report).
+    type: dict
+    default: {}
   errors:
     description:
       - Why an arm could not be measured, per arm name (for example the start-up
@@ -260,6 +267,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "results": {"type": "dict", "required": True},
     "extra_results": {"type": "dict", "default": {}},
     "starts": {"type": "list", "elements": "dict", "default": []},
+    "starts_seconds": {"type": "dict", "default": {}},
     "errors": {"type": "dict", "default": {}},
     "objective": {
         "type": "str",
@@ -323,6 +331,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         for number, start in enumerate(params["starts"] or [], start=2)
     ]
     bg_ab.confirm_across_starts(choice, arms, starts, **rule)
+    bg_ab.note_start_seconds(choice, params["starts_seconds"] or {})
     out = choice.to_dict()
     result: dict[str, Any] = {
         "changed": False,

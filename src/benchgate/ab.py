@@ -164,6 +164,7 @@ class StartCheck:
     winner: str | None  # what this start alone chose
     reason: str
     gains: dict[str, float | None]  # the arm's change against off per stage ("" unstaged), %
+    seconds: float | None = None  # what the start cost on this host: restarts and measurements
 
     @property
     def held(self) -> bool:
@@ -178,6 +179,8 @@ class StartCheck:
             for stage, gain in self.gains.items()
         )
         what = "held" if self.held else f"did not hold ({self.winner or 'none'} chosen)"
+        if self.seconds is not None:
+            what += f" (took {self.seconds:.0f} s)"
         return f"start {self.start}: {self.arm} against off: {gains or 'not measured'}: {what}"
 
 
@@ -544,6 +547,17 @@ class StagedChoice:
             "by_load": [hint.to_dict() for hint in drafting_by_load(self)],
             "starts": [c.to_dict() for c in self.starts],
         }
+
+
+def note_start_seconds(choice: Choice | StagedChoice, seconds: Mapping[str, float]) -> None:
+    """Say what the later starts cost: each check's seconds (by start number, as
+    strings), and their sum on this host at the end of the choice's reason."""
+    for check in choice.starts:
+        value = seconds.get(str(check.start))
+        check.seconds = float(value) if value is not None else None
+    known = [c.seconds for c in choice.starts if c.seconds is not None]
+    if known:
+        choice.reason += f" (later server starts: {sum(known):.0f} s on this host)"
 
 
 def parse_rule(rule: str, stage_names: Sequence[str]) -> str | None:
