@@ -58,15 +58,14 @@ def test_a_wheelhouse_for_the_hosts_image_installs_with_no_deps_and_system_packa
 ) -> None:
     real, root = _root(tmp_path, "trailing-slash")
     wheelhouse = _wheel(tmp_path / "wheelhouse").parent
+    image_settings = {
+        "vllm_version": VERSION,
+        "vllm_install_wheelhouse": str(wheelhouse),
+        "vllm_install_no_deps": True,
+        "vllm_install_system_site_packages": True,
+    }
 
-    done = _install(
-        tmp_path,
-        root,
-        vllm_version=VERSION,
-        vllm_install_wheelhouse=str(wheelhouse),
-        vllm_install_no_deps=True,
-        vllm_install_system_site_packages=True,
-    )
+    done = _install(tmp_path, root, **image_settings)
     out = (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0, out
     release = real / "releases" / VERSION
@@ -85,14 +84,7 @@ def test_a_wheelhouse_for_the_hosts_image_installs_with_no_deps_and_system_packa
     )
     assert ran.stdout.strip() == VERSION
 
-    again = _install(
-        tmp_path,
-        root,
-        vllm_version=VERSION,
-        vllm_install_wheelhouse=str(wheelhouse),
-        vllm_install_no_deps=True,
-        vllm_install_system_site_packages=True,
-    )
+    again = _install(tmp_path, root, **image_settings)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert "changed=0" in again.stdout, again.stdout[-3000:]
 
