@@ -25,9 +25,10 @@ run ansible-lint ansible-lint --profile production
 
 printf '\n=== pytest\n'
 # Any non-zero exit fails, 5 (nothing collected) included: a suite that
-# runs no test is a failure here.
+# runs no test is a failure here. Two workers: CI's two cores (tests that
+# share a port or a folder must not; each takes its own from tmp_path or port 0).
 pytest_log=$(mktemp)
-pytest -q 2>&1 | tee "$pytest_log"
+pytest -q -n 2 2>&1 | tee "$pytest_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { failures=$((failures + 1)); failed_parts+=(pytest); }
 
 printf '\n=== molecule\n'
