@@ -5,10 +5,11 @@ file, on ANSIBLE_CONNECTION_PLUGINS (each scenario's molecule.yml), answers to
 that name first. It only changes how a module reaches the container: the
 module's code goes to the container's Python on the stdin of one
 ``podman exec --interactive`` instead of being copied in, made executable, run
-and removed with four more podman calls. On the 2-core CI machine a task took
-about 1.1 s that way and 0.5 s this way (20 small tasks: 22.5 s and 9.4 s);
-a molecule run executes thousands of tasks, most of them in the nested
-``ansible-playbook`` runs of verify.yml, which inherit the variable.
+and removed with more podman calls (two calls a task instead of five). On
+the 2-core reference machine 20 small tasks took 22.5 s that way and 9.4 s
+this way (lab/experiments/connection_cost.sh); most tasks of a molecule run
+are in the nested ``ansible-playbook`` runs of verify.yml, which inherit
+the variable.
 
 Test infrastructure only: the product's roles run on whatever connection a
 user's inventory names, and nothing here ships in the collection.
