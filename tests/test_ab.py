@@ -12,7 +12,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from _load import load_file
-from benchgate import ab, ledger, serve, stages
+from benchgate import ab, confounds, ledger, serve, stages
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 DRAFT = {"model": "/srv/models/draft", "num_speculative_tokens": 2}
@@ -615,6 +615,39 @@ def test_a_composed_arm_slower_at_the_threshold_is_not_kept() -> None:
     choice = ab.choose_staged(arms, results)
     assert choice.winner == "off"
     assert "more than 5% slower at threshold" in choice.verdicts["ngram-k3-upto1"]
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _ran_under(log_name: str) -> dict[str, Any]:
+    """A server configuration whose engine is read from a real vLLM start-up log."""
+    text = (DATA / log_name).read_text()
+    return {"argv": ["vllm", "serve", "m"], "env": {}, "engine": confounds.engine_facts(text)}
+
+
+def test_a_composed_arm_that_ran_with_other_cuda_graphs_says_so() -> None:
+    # CUDA vLLM 0.26.0 on an H100 (lab/calibration/h100-vllm-7): with a per-batch-size
+    # schedule it lowered its CUDA graphs to PIECEWISE; the static arm kept
+    # FULL_AND_PIECEWISE. The line that compares the two says it.
+    arms, results, _ = _composed_case({"single": 125.0, "busy": 300.0, "threshold": 120.0})
+    results["ngram-k3"]["server_config"] = _ran_under("vllm-0.26.0-cuda-h100-start-static.log")
+    results["ngram-k3-upto1"]["server_config"] = _ran_under(
+        "vllm-0.26.0-cuda-h100-start-schedule.log"
+    )
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    (line,) = [
+        ln for ln in ab.render_staged_table(choice).splitlines() if ln.startswith("composed:")
+    ]
+    assert line.endswith(
+        "; it ran apart from ngram-k3 in more than the schedule: "
+        "CUDA graphs: FULL_AND_PIECEWISE vs PIECEWISE"
+    )
+    # The same engine on both sides: nothing added.
+    results["ngram-k3-upto1"]["server_config"] = results["ngram-k3"]["server_config"]
+    table = ab.render_staged_table(ab.choose_staged(arms, results))
+    assert "composed: ngram-k3-upto1" in table and "in more than the schedule" not in table
 
 
 def test_a_composed_arm_no_faster_than_its_static_arm_is_not_kept() -> None:

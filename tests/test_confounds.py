@@ -198,6 +198,25 @@ def test_cuda_graph_modes_and_eager_mode() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("start", "async_on", "runner", "graphs"),
+    [
+        ("plain", True, "V2", "FULL_AND_PIECEWISE"),
+        ("static", False, "V1", "FULL_AND_PIECEWISE"),
+        ("schedule", False, "V1", "PIECEWISE"),
+    ],
+)
+def test_real_cuda_start_up_logs(start: str, async_on: bool, runner: str, graphs: str) -> None:
+    # CUDA vLLM 0.26.0 on an H100, 2026-12-07: plain decoding, the 4B draft at k=3 and
+    # the same with num_speculative_tokens_per_batch_size (the lines of each server's
+    # log that state these facts, as vLLM wrote them).
+    text = (Path(__file__).parent / "data" / f"vllm-0.26.0-cuda-h100-start-{start}.log").read_text()
+    facts = confounds.engine_facts(text)
+    assert (facts["vllm_version"], facts["async_scheduling"]) == ("0.26.0", async_on)
+    assert (facts["model_runner"], facts["cudagraph_mode"]) == (runner, graphs)
+    assert (facts["compilation_mode"], facts["tensor_parallel_size"]) == ("VLLM_COMPILE", 1)
+
+
 def test_what_no_line_states_stays_unknown() -> None:
     facts = confounds.engine_facts(f"{VERSION_0_24}\n{BANNER_0_24}\n-- No entries --\n")
     assert facts["vllm_version"] == "0.24.0" and facts["tensor_parallel_size"] == 1

@@ -23,6 +23,7 @@ round's median tok/s and its ratio to round 1.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import statistics
@@ -33,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import experiment as ex  # noqa: E402
 
-from benchgate import ab, stages  # noqa: E402
+from benchgate import ab, confounds, stages  # noqa: E402
 from benchgate.samples import samples_from_result  # noqa: E402
 
 # ac64: c64 with 5 trials (workloads/ab-c64.yml); sc64's 3 trials bound nothing at 0.025
@@ -49,6 +50,7 @@ Starts = dict[str, list[tuple[int, dict[str, Any]]]]  # server -> [(n, {load: re
 def read_starts(folder: Path) -> Starts:
     """Every start in the folder, per server in start order, with its results by load."""
     found: dict[tuple[int, str], dict[str, Any]] = {}
+    configs: dict[tuple[int, str], dict[str, Any]] = {}
     for base in (folder, folder / "results"):
         for p in sorted(base.iterdir()) if base.is_dir() else []:
             if p.is_dir() and (m := RAW_DIR.fullmatch(p.name)):
@@ -56,14 +58,33 @@ def read_starts(folder: Path) -> Starts:
                 for load in STAGE_OF:
                     if (p / f"bench-{load}.json").exists():
                         loads[load] = json.loads((p / f"bench-{load}.json").read_text())
+                if (p / "start.json").exists():
+                    configs[(int(m[1]), m[2])] = server_config(p / "start.json", p)
             elif (m := COMPACT.fullmatch(p.name)) and m[3] in STAGE_OF:
                 found.setdefault((int(m[1]), m[2]), {})[m[3]] = json.loads(p.read_text())
             elif m := COMPACT_START.fullmatch(p.name):
                 found.setdefault((int(m[1]), m[2]), {})
+                configs[(int(m[1]), m[2])] = server_config(p, None)
     out: Starts = {}
     for (n, name), loads in sorted(found.items()):
+        if config := configs.get((n, name)):
+            loads = {load: {**r, "server_config": config} for load, r in loads.items()}
         out.setdefault(name, []).append((n, loads))
     return out
+
+
+def server_config(start_json: Path, raw_dir: Path | None) -> dict[str, Any]:
+    """The start's configuration as the product's results carry it (server_config):
+    the server's argv from start.json and what vLLM said about itself at start-up,
+    read by benchgate.confounds from the server's log (raw_dir) or taken from the
+    compact start.json (spread_summary.py put it there). No environment was set."""
+    rec = json.loads(start_json.read_text())
+    engine = rec.get("engine")
+    log = raw_dir / "server.log.gz" if raw_dir else None
+    if log is not None and log.exists():
+        with gzip.open(log, "rt", errors="replace") as f:
+            engine = confounds.engine_facts(f.read())
+    return {"argv": rec.get("argv") or [], "env": {}, "engine": engine}
 
 
 def as_stage(result: dict[str, Any], stage: str) -> dict[str, Any]:

@@ -109,6 +109,17 @@ while [ $# -gt 0 ]; do
       # roles.yml with TAGS (install,facts | bench); the wheelhouse's dependencies are
       # vllm_install_extra_packages, exact pins from their file names
       tags=$1; shift
+      # The image's python3 is a venv (/opt/torch/.venv) holding torch; a venv made from
+      # it with --system-site-packages sees /usr's site-packages, not torch (2026-12-07).
+      # A .pth there points at the image's packages, as a host with torch installed
+      # system-wide would have it.
+      python3 - <<'PY'
+import site, sys, pathlib
+if sys.prefix != sys.base_prefix:
+    dest = pathlib.Path(sys.base_prefix) / "local/lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "dist-packages"
+    if dest.is_dir():
+        (dest / "zz-torch-image.pth").write_text(site.getsitepackages()[0] + "\n")
+PY
       python3 - "$BG" > "$BG/roles-vars.json" <<'PY'
 import json, pathlib, sys
 bg = pathlib.Path(sys.argv[1])
@@ -119,7 +130,7 @@ base = {f"baseline_{load}": str(off[-1] / f"bench-{load}.json") for load in ("sc
 print(json.dumps({"vllm_install_extra_packages": pins, "vllm_install_python": sys.executable,
                   **(base if off else {})}))
 PY
-      PYTHONPATH="$BG/ansible" ANSIBLE_CONFIG="$PWD/ansible.cfg" python3 -m ansible playbook \
+      PYTHONPATH="$BG/ansible:$PWD/src" ANSIBLE_CONFIG="$PWD/ansible.cfg" python3 -m ansible playbook \
         -i localhost, -e ansible_python_interpreter="$(command -v python3)" -e @"$BG/roles-vars.json" \
         --tags "$tags" ${ROLES_EXTRA:-} lab/gpu/roles.yml 2>&1 | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;

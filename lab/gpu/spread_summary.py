@@ -7,8 +7,10 @@ Reads every start folder sNN-<name>/ (bench-sc1.json, bench-sc64.json,
 samples-*.json.gz, smi-*.csv, start.json, pyspy-engine-sc1.txt,
 server.log.gz) and writes into OUT:
 
-- results/sNN-<name>-{sc1,sc64}.json: the bench results without per-request records
-- results/sNN-<name>.start.json: argv, ready time, processes, vCPU probe
+- results/sNN-<name>-<load>.json: the bench results (sc1, sc2, sc64, ac64) without
+  per-request records
+- results/sNN-<name>.start.json: argv, ready time, processes, vCPU probe, and the
+  engine's facts from its log (benchgate.confounds.engine_facts)
 - results/sNN-<name>.pyspy.txt.gz: the engine's collapsed stacks, where profiled
 - results/host.txt, results/runner.log
 - summary.json: per start and per trial: tok/s, acceptance, the engine main
@@ -29,7 +31,12 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from benchgate import confounds  # noqa: E402
+
 TICK = 100.0
+# sc1/sc64: the spread experiment's loads; sc2 and ac64 (c64 with 5 trials): the A/B's
+LOADS = ("sc1", "sc2", "sc64", "ac64")
 ARM = {"v26-off": "off", "v26-d06b-k3": "arm", "v26-d06b-k3-async": "arm+async"}
 
 
@@ -346,7 +353,7 @@ def main() -> int:
                 "median": round(1e3 * st.median(v), 1),
                 "max": round(1e3 * max(v), 1),
             }
-        for load in ("sc1", "sc64"):
+        for load in LOADS:
             r = one_load(d, load, engine)
             if r:
                 s[load] = r
@@ -382,13 +389,18 @@ def main() -> int:
             )
             if k in rec
         }
+        # what vLLM said about itself at start-up, read by the product's parser
+        # (the A/B's "differs from off in more than speculation" lines)
+        if (d / "server.log.gz").exists():
+            with gzip.open(d / "server.log.gz", "rt", errors="replace") as f:
+                keep["engine"] = confounds.engine_facts(f.read())
         (out / "results" / f"{d.name}.start.json").write_text(json.dumps(keep, indent=1))
         starts.append(s)
     arms: dict = {}
     for s in starts:
         if "arm" not in s:
             continue
-        for load in ("sc1", "sc64"):
+        for load in LOADS:
             if load in s:
                 arms.setdefault(s["arm"], {}).setdefault(load, []).append(s[load]["median_tok_s"])
     per_arm = {}

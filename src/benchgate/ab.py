@@ -1103,10 +1103,31 @@ def _composed_lines(choice: StagedChoice) -> list[str]:
             for a in s.choice.arms
             if a.name == name and a.versus_static_pct is not None
         ]
+        # vLLM may serve a schedule differently from its static arm (0.26.0 on CUDA
+        # lowers its CUDA graphs to PIECEWISE): say so beside the comparison.
+        apart = differences(_server_of(choice, static), _server_of(choice, name), (static, name))
         lines.append(
             f"composed: {name} is {static} with {SCHEDULE_KEY} "
             f"{json.dumps(config.get(SCHEDULE_KEY), separators=(',', ':'))} "
             f"(batch sizes [first, last, k]; k=0 drafts nothing; the last k carries on above)"
             + (f"; vs {static}: {'; '.join(versus)}" if versus else "")
+            + (
+                f"; it ran apart from {static} in more than the schedule: {'; '.join(apart)}"
+                if apart
+                else ""
+            )
         )
     return lines
+
+
+def _server_of(choice: StagedChoice, name: str) -> dict[str, Any] | None:
+    """The serving configuration an arm ran with (the first stage that knows it)."""
+    return next(
+        (
+            a.server_config
+            for s in choice.stages
+            for a in s.choice.arms
+            if a.name == name and a.server_config
+        ),
+        None,
+    )
