@@ -125,6 +125,18 @@ SERVERS = {
     # issue 34, point 5 (2026-12-07): plain decoding served from the release
     # that the vllm_install role installed (lab/gpu/roles.yml), not the lab's
     "r26-off": {**_server(NEW, None, 0, 8030), "root": str(BG / "opt-vllm")},
+    # Why is the composed arm 34-36% slower than plain where it drafts nothing
+    # (2026-12-07, lab/notes/2026-12-07-gpu-ab-twice.md)? vLLM lowered its CUDA
+    # graphs to PIECEWISE and named VLLM_USE_V2_MODEL_RUNNER=1 for full ones; the
+    # static arm kept FULL_AND_PIECEWISE. Prepared, not run: the schedule on the
+    # V2 model runner, and the static arm with PIECEWISE graphs forced.
+    "v26-d4b-k3-upto1-v2": {
+        **_server(NEW, "qwen3-4b", 3, 8027, schedule=[[1, 1, 3], [2, 2, 0]]),
+        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+    },
+    "v26-d4b-k3-pw": _server(
+        NEW, "qwen3-4b", 3, 8028, extra=["--compilation-config", '{"cudagraph_mode":"PIECEWISE"}']
+    ),
     # issue 34, point 4 (prepared 2026-12-07, not run): the field report's own
     # configuration, target and 4B draft in FP8 (online quantisation of the
     # dummy weights), plain and k=3, each also with --max-num-batched-tokens 8192
@@ -218,6 +230,10 @@ BATCHES = {
     "50": ["v26-d4b-k3-upto1"],
     # issue 34, point 5: the roles' release, measured by the modules (roles.yml)
     "51": ["r26-off"],
+    # the composed arm's CUDA graphs (prepared 2026-12-07, not run): with 48-50
+    # in one lease, spread.py --batches 48,49,50,60,61 --loads sc1,sc2,ac64
+    "60": ["v26-d4b-k3-upto1-v2"],
+    "61": ["v26-d4b-k3-pw"],
     # issue 34, point 4: one server each, 0.26.0 then 0.24.0
     **{
         str(52 + n): [name]
@@ -273,6 +289,7 @@ def env_of(name: str) -> dict[str, str]:
         DO_NOT_TRACK="1",
         PYTHONUNBUFFERED="1",
     )
+    env.update(s.get("env", {}))
     return env
 
 
