@@ -641,7 +641,7 @@ def test_a_composed_arm_that_ran_with_other_cuda_graphs_says_so() -> None:
         ln for ln in ab.render_staged_table(choice).splitlines() if ln.startswith("composed:")
     ]
     assert line.endswith(
-        "; it ran apart from ngram-k3 in more than the schedule: "
+        "; its server differed from ngram-k3's in more than the schedule: "
         "CUDA graphs: FULL_AND_PIECEWISE vs PIECEWISE"
     )
     # The same engine on both sides: nothing added.

@@ -1112,10 +1112,11 @@ def _composed_lines(choice: StagedChoice) -> list[str]:
             f"(batch sizes [first, last, k]; k=0 drafts nothing; the last k carries on above)"
             + (f"; vs {static}: {'; '.join(versus)}" if versus else "")
             + (
-                f"; it ran apart from {static} in more than the schedule: {'; '.join(apart)}"
+                f"; its server differed from {static}'s in more than the schedule: "
                 if apart
                 else ""
             )
+            + "; ".join(apart)
         )
     return lines
 
