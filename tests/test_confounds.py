@@ -470,7 +470,7 @@ def test_the_probe_adds_host_and_engine_and_keeps_the_fingerprint(tmp_path: Path
     pid_only.main_pid = 4242
     config = pid_only.server_config()
     assert config is not None and config["engine"] is None and config["host"]["gpus"] == []
-    assert config["engine_reason"].startswith("no service unit given")
+    assert config["engine_reason"].startswith("no service unit or log file given")
 
 
 def test_the_ledger_keeps_host_and_engine(tmp_path: Path) -> None:
@@ -488,6 +488,37 @@ def test_the_ledger_keeps_host_and_engine(tmp_path: Path) -> None:
     run = ledger.record_result(db, {"trials": [], "server_config": config}, host="h", phase="b")
     assert ledger.runs(db)[0].server_config == config
     assert ledger.server_configs(db, [run]) == {run: config}
+
+
+def test_the_engine_log_from_a_file(tmp_path: Path) -> None:
+    # A server that is no unit (the GPU lab's, a container's) writes its log to a file.
+    log = tmp_path / "vllm.log"
+    log.write_text("older start\n" + draft_log())
+    text, source, reason = confounds.read_engine_log(None, None, log_file=log)
+    assert reason is None and source == f"the end of {log}"
+    assert confounds.engine_facts(str(text))["model_runner"] == "V1"
+
+    # A file given wins over the unit's journal, which is not asked.
+    def no_journal(unit: str, since: int) -> tuple[str | None, str | None]:
+        raise AssertionError("the journal was read")
+
+    props = {"ExecMainStartTimestampMonotonic": "1"}
+    assert confounds.read_engine_log("u.service", props, no_journal, log_file=log)[0] == text
+    # Only the end is read, whole lines: start-up lines further back stay unread.
+    last = draft_log().splitlines()[-1] + "\n"
+    tail, _, _ = confounds.read_log_file(log, max_bytes=len(last.encode()) + 10)
+    assert tail == last  # the line cut by the start of the read is dropped
+    assert (
+        confounds.read_log_file(log, max_lines=2)[0]
+        == "\n".join(draft_log().splitlines()[-2:]) + "\n"
+    )
+    # What cannot be read gives a reason, never an error.
+    missing = confounds.read_log_file(tmp_path / "none.log")
+    assert missing[0] is None and "cannot read the server's log" in str(missing[2])
+    (tmp_path / "empty.log").write_text("")
+    assert "is empty" in str(confounds.read_log_file(tmp_path / "empty.log")[2])
+    out = confounds.context(None, None, "0", tmp_path, journal=no_journal, log_file=log)
+    assert out["engine"]["source"] == f"the end of {log}" and out["engine_reason"] is None
 
 
 # ------------------------------------------------------------------ the module
@@ -548,6 +579,32 @@ def test_the_module_records_what_the_server_ran_under(
     assert before - 33 <= asked <= before - 29  # 30 s before, a second early
     check_result_dict(out["result"])
     json.dumps(server)
+
+
+def test_the_module_reads_the_engine_from_a_log_file(tmp_path: Path) -> None:
+    """No unit: the server's process by pid, its engine from the file it logs to."""
+    log = tmp_path / "vllm.log"
+    log.write_text(draft_log())
+    mod = load_file(REPO / "plugins" / "modules" / "vllm_benchmark.py", "vllm_benchmark")
+    params = {name: s.get("default") for name, s in mod.ARGUMENT_SPEC.items()}
+    with serve_in_thread(FakeConfig(ttft_s=0.001, itl_s=0.001)) as srv:
+        params.update(
+            base_url=srv.base_url,
+            workload=DEMO,
+            trials=1,
+            num_requests=2,
+            warmup=0,
+            output_len=4,
+            service_pid=os.getpid(),
+            service_log=str(log),
+        )
+        out = module_run(params, check_mode=False)
+    server = out["result"]["server_config"]
+    assert server["engine_reason"] is None and server["engine"]["source"] == f"the end of {log}"
+    assert (server["engine"]["model_runner"], server["engine"]["cudagraph_mode"]) == (
+        "V1",
+        "PIECEWISE",
+    )
 
 
 # ------------------------------------------------------------------ texts and differences

@@ -147,6 +147,14 @@ options:
       - Main process of the server, instead of asking systemd for O(service_unit)'s
         C(MainPID). Its descendants count too.
     type: int
+  service_log:
+    description:
+      - A file the server writes its log to, for a server that is not a systemd unit
+        (a container, a process supervisor) or whose journal is not kept. Its last
+        2 MiB (4000 lines) are read instead of O(service_unit)'s journal for
+        C(server_config.engine); start-up lines older than that stay unread, and the
+        facts they state unknown.
+    type: path
   label:
     description:
       - What is measured (the role passes its phase, e.g. C(baseline)). Each trial's
@@ -322,6 +330,7 @@ ARGUMENT_SPEC = dict(
     bandwidth_gbs=dict(type="float", default=0),
     service_unit=dict(type="str"),
     service_pid=dict(type="int"),
+    service_log=dict(type="path"),
     cold_start_file=dict(type="path"),
     cpu_affinity=dict(type="str"),
     label=dict(type="str"),

@@ -533,6 +533,7 @@ def probe_from_module_params(params: Mapping[str, Any]) -> ServiceProbe:
         tensor_parallel_size=tp,
         bandwidth_gbs=float(bandwidth) if bandwidth else None,
         cold_start_file=params.get("cold_start_file") or None,
+        log_file=params.get("service_log") or None,
     )
 
 

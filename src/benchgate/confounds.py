@@ -49,6 +49,7 @@ __all__ = [
     "gpu_facts",
     "host_facts",
     "read_engine_log",
+    "read_log_file",
     "unit_start_epoch",
 ]
 
@@ -297,18 +298,57 @@ def _journal_reader(
     return read
 
 
+def read_log_file(
+    path: str | Path,
+    max_bytes: int = ENGINE_LOG_MAX_BYTES,
+    max_lines: int = ENGINE_LOG_MAX_LINES,
+) -> tuple[str | None, str | None, str | None]:
+    """(log text, how it was read, None) or (None, None, reason): the end of a file a
+    server writes its log to, at most ``max_bytes`` bytes and ``max_lines`` whole lines.
+
+    A file gives no start to read from, as a unit's journal does: when the server has
+    written more than that since it started, its start-up lines are cut off and the
+    facts they state stay unknown (never those of an earlier start: the last line that
+    states a fact wins, and a later start's lines come later)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError as exc:
+        return None, None, f"cannot read the server's log {path}: {_short(exc)}"
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line read may start mid-line
+    lines = lines[-max_lines:]
+    if not lines:
+        return None, None, f"the server's log {path} is empty"
+    return "\n".join(lines) + "\n", f"the end of {path}", None
+
+
 def read_engine_log(
     unit: str | None,
     props: Mapping[str, str] | None,
     journal: JournalReader | None = None,
     now: float | None = None,
     now_monotonic: float | None = None,
+    log_file: str | Path | None = None,
 ) -> tuple[str | None, str | None, str | None]:
-    """(log text, how it was read, None) or (None, None, reason): the unit's journal
-    since its last start (a second before, the timestamp's precision), at most
-    :data:`ENGINE_LOG_MAX_LINES` lines and :data:`ENGINE_LOG_MAX_BYTES` bytes."""
+    """(log text, how it was read, None) or (None, None, reason): ``log_file`` when
+    given (:func:`read_log_file`), else the unit's journal since its last start (a
+    second before, the timestamp's precision), at most :data:`ENGINE_LOG_MAX_LINES`
+    lines and :data:`ENGINE_LOG_MAX_BYTES` bytes."""
+    if log_file:
+        return read_log_file(log_file)
     if not unit:
-        return None, None, "no service unit given (the engine's log is read from its journal)"
+        return (
+            None,
+            None,
+            (
+                "no service unit or log file given (the engine's log is read from a unit's "
+                "journal or the file the server writes)"
+            ),
+        )
     start = unit_start_epoch(props or {}, now, now_monotonic)
     if start is None:
         names = " or ".join(START_PROPERTIES)
@@ -435,8 +475,10 @@ def context(
     proc_root: str | Path = "/proc",
     run: Runner | None = None,
     journal: JournalReader | None = None,
+    log_file: str | Path | None = None,
 ) -> dict[str, Any]:
-    """``host``, ``host_reason``, ``engine``, ``engine_reason`` for a server_config.
+    """``host``, ``host_reason``, ``engine``, ``engine_reason`` for a server_config
+    (the engine from ``log_file`` when given, else from ``unit``'s journal).
 
     Never raises: a block that cannot be read is None, and its reason says why.
     """
@@ -447,7 +489,7 @@ def context(
     except Exception as exc:  # a fact not read must not fail the run
         out["host_reason"] = f"host facts not read: {_short(exc)}"
     try:
-        text, source, reason = read_engine_log(unit, props, journal)
+        text, source, reason = read_engine_log(unit, props, journal, log_file=log_file)
         if text is None:
             out["engine_reason"] = reason
         else:

@@ -592,8 +592,10 @@ class ServiceProbe:
         show: Callable[[str], Mapping[str, str]] | None = None,
         gpu_facts_run: confounds.Runner | None = None,
         journal: confounds.JournalReader | None = None,
+        log_file: str | None = None,
     ) -> None:
         self.unit = unit or None
+        self.log_file = log_file or None
         self.pid = pid
         self.model_dir = model_dir or None
         self.tp = tensor_parallel_size
@@ -647,6 +649,7 @@ class ServiceProbe:
                 self._proc_root,
                 self._gpu_facts_run,
                 self._journal,
+                self.log_file,
             )
         )
         return config
