@@ -524,6 +524,24 @@ def test_the_engine_log_from_a_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ the module
 
 
+def run_module(**service: Any) -> dict[str, Any]:
+    """The vllm_benchmark module's run against a fake server: one short trial, with
+    ``service`` (service_unit, service_pid, service_log) saying where the server is."""
+    mod = load_file(REPO / "plugins" / "modules" / "vllm_benchmark.py", "vllm_benchmark")
+    params = {name: s.get("default") for name, s in mod.ARGUMENT_SPEC.items()}
+    with serve_in_thread(FakeConfig(ttft_s=0.001, itl_s=0.001)) as srv:
+        params.update(
+            base_url=srv.base_url,
+            workload=DEMO,
+            trials=1,
+            num_requests=2,
+            warmup=0,
+            output_len=4,
+            **service,
+        )
+        return module_run(params, check_mode=False)
+
+
 def test_the_module_records_what_the_server_ran_under(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -549,20 +567,8 @@ def test_the_module_records_what_the_server_ran_under(
         f"{H200_CSV!r})\n",
     )
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    mod = load_file(REPO / "plugins" / "modules" / "vllm_benchmark.py", "vllm_benchmark")
-    params = {name: s.get("default") for name, s in mod.ARGUMENT_SPEC.items()}
-    with serve_in_thread(FakeConfig(ttft_s=0.001, itl_s=0.001)) as srv:
-        params.update(
-            base_url=srv.base_url,
-            workload=DEMO,
-            trials=1,
-            num_requests=2,
-            warmup=0,
-            output_len=4,
-            service_unit="vllm-test.service",
-        )
-        before = time.time()
-        out = module_run(params, check_mode=False)
+    before = time.time()
+    out = run_module(service_unit="vllm-test.service")
     server = out["result"]["server_config"]
     # This process, as /proc shows it (pytest, or an xdist worker under pytest -n).
     assert server["argv"] == Path("/proc/self/cmdline").read_bytes().decode().split("\0")[:-1]
@@ -585,20 +591,7 @@ def test_the_module_reads_the_engine_from_a_log_file(tmp_path: Path) -> None:
     """No unit: the server's process by pid, its engine from the file it logs to."""
     log = tmp_path / "vllm.log"
     log.write_text(draft_log())
-    mod = load_file(REPO / "plugins" / "modules" / "vllm_benchmark.py", "vllm_benchmark")
-    params = {name: s.get("default") for name, s in mod.ARGUMENT_SPEC.items()}
-    with serve_in_thread(FakeConfig(ttft_s=0.001, itl_s=0.001)) as srv:
-        params.update(
-            base_url=srv.base_url,
-            workload=DEMO,
-            trials=1,
-            num_requests=2,
-            warmup=0,
-            output_len=4,
-            service_pid=os.getpid(),
-            service_log=str(log),
-        )
-        out = module_run(params, check_mode=False)
+    out = run_module(service_pid=os.getpid(), service_log=str(log))
     server = out["result"]["server_config"]
     assert server["engine_reason"] is None and server["engine"]["source"] == f"the end of {log}"
     assert (server["engine"]["model_runner"], server["engine"]["cudagraph_mode"]) == (
