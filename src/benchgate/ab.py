@@ -1106,17 +1106,17 @@ def _composed_lines(choice: StagedChoice) -> list[str]:
         # vLLM may serve a schedule differently from its static arm (0.26.0 on CUDA
         # lowers its CUDA graphs to PIECEWISE): say so beside the comparison.
         apart = differences(_server_of(choice, static), _server_of(choice, name), (static, name))
+        differed = (
+            f"; its server differed from {static}'s in more than the schedule: {'; '.join(apart)}"
+            if apart
+            else ""
+        )
         lines.append(
             f"composed: {name} is {static} with {SCHEDULE_KEY} "
             f"{json.dumps(config.get(SCHEDULE_KEY), separators=(',', ':'))} "
             f"(batch sizes [first, last, k]; k=0 drafts nothing; the last k carries on above)"
             + (f"; vs {static}: {'; '.join(versus)}" if versus else "")
-            + (
-                f"; its server differed from {static}'s in more than the schedule: "
-                if apart
-                else ""
-            )
-            + "; ".join(apart)
+            + differed
         )
     return lines
 

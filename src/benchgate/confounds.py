@@ -341,14 +341,11 @@ def read_engine_log(
     if log_file:
         return read_log_file(log_file)
     if not unit:
-        return (
-            None,
-            None,
-            (
-                "no service unit or log file given (the engine's log is read from a unit's "
-                "journal or the file the server writes)"
-            ),
+        missing = (
+            "no service unit or log file given (the engine's log is read from a unit's "
+            "journal or the file the server writes)"
         )
+        return None, None, missing
     start = unit_start_epoch(props or {}, now, now_monotonic)
     if start is None:
         names = " or ".join(START_PROPERTIES)
