@@ -74,11 +74,13 @@ options:
   starts:
     description:
       - Later server starts of off and the winner, one dict per start (the second start
-        first), each with a result per arm name as in O(results). A speculative winner is
-        kept only when each of these starts, judged alone by the same rule between off and
-        it, chooses it again; at the first that does not, plain decoding serves and the
-        result says the arm was not decided across starts. Each start's results go to
-        the ledger as phases C(arm:<name>#<start>).
+        first), each with a result per arm name as in O(results). Each is judged alone by
+        the same rule between off and the winner. The winner is kept when every start
+        chooses it again; when one does not, every start's estimate is pooled (one sample a
+        start, Student's t over starts) and the winner is kept only when the rule holds on
+        the pooled interval, else plain decoding serves and the result says the arm was not
+        decided across starts. Each start's results go to the ledger as phases
+        C(arm:<name>#<start>).
     type: list
     elements: dict
     default: []
@@ -198,6 +200,13 @@ starts:
   elements: dict
   sample: [{start: 2, arm: ngram-k3, winner: ngram-k3, held: true,
             gains: {single: 14.8, busy: 1.2}, reason: "..."}]
+pooled:
+  description:
+    - When a later start did not choose the winner, the winner's change against off pooled
+      over every start, per stage (C(gains) per start, C(mean_pct), C(lo_pct) and C(hi_pct)
+      at C(alpha) one-sided), whether it was C(kept) and C(why). Null otherwise.
+  returned: always
+  type: dict
 by_load:
   description:
     - Only for a staged workload. Arms proven faster than off at every low-load stage and
@@ -341,6 +350,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "arms": out["arms"],
         "by_load": out.get("by_load", []),
         "starts": out.get("starts", []),
+        "pooled": out.get("pooled"),
         "table": (
             bg_ab.render_staged_table(choice)
             if isinstance(choice, bg_ab.StagedChoice)

@@ -185,6 +185,50 @@ class StartCheck:
 
 
 @dataclass
+class PooledStage:
+    """One stage's change of the winner against off over server starts: each start's
+    estimate (%), and the interval of their mean on the log scale (Student's t with
+    n - 1 degrees of freedom), so that the start-to-start spread is the interval's width."""
+
+    stage: str  # "" unstaged
+    gains: list[float]  # each start's estimate, %
+    mean_pct: float
+    lo_pct: float  # one-sided lower bound at the level of :attr:`PooledStarts.alpha`
+    hi_pct: float
+
+    def words(self) -> str:
+        each = ", ".join(f"{g:+.1f}%" for g in self.gains)
+        where = f"{self.stage}: " if self.stage else ""
+        return (
+            f"{where}{each} per start, pooled {numfmt.change_words(self.mean_pct)} "
+            f"({numfmt.change_words(self.lo_pct)} to {numfmt.change_words(self.hi_pct)})"
+        )
+
+
+@dataclass
+class PooledStarts:
+    """What decides when later server starts disagree (:func:`confirm_across_starts`)."""
+
+    arm: str
+    starts: int
+    alpha: float  # one-sided, per stage
+    stages: list[PooledStage]
+    kept: bool
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        what = "kept" if self.kept else "not decided"
+        per_stage = "; ".join(s.words() for s in self.stages) or "not measured"
+        return (
+            f"pooled over {self.starts} server starts (each start one sample, at alpha "
+            f"{self.alpha:.3g} per stage): {self.arm} against off: {per_stage}: {what}, {self.why}"
+        )
+
+
+@dataclass
 class Choice:
     winner: str | None
     config: dict[str, Any]
@@ -195,6 +239,8 @@ class Choice:
     alpha: float = 0.05
     #: The later server starts that checked a speculative winner (:func:`confirm_across_starts`).
     starts: list[StartCheck] = field(default_factory=list)
+    #: The winner's change against off pooled over every start, when the starts disagreed.
+    pooled: PooledStarts | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -205,6 +251,7 @@ class Choice:
             "reason": self.reason,
             "arms": [a.to_dict() for a in self.arms],
             "starts": [c.to_dict() for c in self.starts],
+            "pooled": self.pooled.to_dict() if self.pooled else None,
         }
 
 
@@ -459,6 +506,7 @@ def render_table(choice: Choice) -> str:
         + [_explain(choice.objective, level)]
         + _config_lines(choice.arms)
         + [check.line() for check in choice.starts]
+        + ([choice.pooled.line()] if choice.pooled else [])
         + [f"chosen: {choice.winner or 'none'}: {choice.reason}"]
     )
 
@@ -508,6 +556,8 @@ class StagedChoice:
     max_loss_pct: float = 5.0
     #: The later server starts that checked a speculative winner (:func:`confirm_across_starts`).
     starts: list[StartCheck] = field(default_factory=list)
+    #: The winner's change against off pooled over every start, when the starts disagreed.
+    pooled: PooledStarts | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; ``arms`` (one entry per arm, its figures per stage) is
@@ -546,6 +596,7 @@ class StagedChoice:
             "stages": [s.to_dict() for s in self.stages],
             "by_load": [hint.to_dict() for hint in drafting_by_load(self)],
             "starts": [c.to_dict() for c in self.starts],
+            "pooled": self.pooled.to_dict() if self.pooled else None,
         }
 
 
@@ -859,40 +910,59 @@ def confirm_across_starts(
     rule: str = DEFAULT_RULE,
     max_loss_pct: float = 5.0,
 ) -> Choice | StagedChoice:
-    """Keep a speculative winner only when it wins again in every later server start.
+    """Keep a speculative winner only when it holds across server starts.
 
     ``starts``: for the second start on, off's and the winner's results (by arm
-    name), each a fresh start of both. Each start is judged alone, by the same
-    rule, between off and the winner; the first start where the winner is not
-    chosen ends it: plain decoding serves and the choice says the arm was not
-    decided across starts. A start that was not measured (an arm without a
-    result) counts as one where it did not win. ``choice`` is changed in place
-    and returned; with off (or nothing) chosen, or no later start, it is as it was.
+    name), each a fresh start of both, as many as were measured (the role adds
+    starts while they disagree, up to ``benchgate_speculative_max_starts``).
+    Each start is judged alone, by the same rule, between off and the winner.
+    When every start chooses the winner, it is kept. When one does not, the
+    starts are pooled (:func:`pool_starts`): each start's estimate is one
+    sample, and the winner is kept only when the rule holds on the pooled
+    interval, whose width is the start-to-start spread; otherwise plain
+    decoding serves and the choice says the arm was not decided across starts.
+    A start that was not measured (an arm without a result) decides against
+    the winner. ``choice`` is changed in place and returned; with off (or
+    nothing) chosen, or no later start, it is as it was.
     """
     if choice.winner in (None, OFF) or not starts:
         return choice
     arm = next(a for a in arms if a.name == choice.winner)
     off = next(a for a in arms if a.name == OFF)
+    first = _gains_of(choice, arm.name)
     for number, results in enumerate(starts, start=2):
         pair = {OFF: results.get(OFF), arm.name: results.get(arm.name)}
         errors = {name: "not measured in this start" for name, r in pair.items() if not r}
         sub = choose_any(
             [off, arm], pair, errors, objective, min_gain_pct, alpha, min_trials, rule, max_loss_pct
         )
-        check = StartCheck(number, arm.name, sub.winner, sub.reason, _gains_of(sub, arm.name))
-        choice.starts.append(check)
-        if not check.held:
-            break
-    last = choice.starts[-1]
-    if last.held:
-        choice.reason += f"; it held in {len(choice.starts) + 1} server starts"
+        choice.starts.append(
+            StartCheck(number, arm.name, sub.winner, sub.reason, _gains_of(sub, arm.name))
+        )
+    count = len(choice.starts) + 1
+    if all(check.held for check in choice.starts):
+        choice.reason += f"; it held in {count} server starts"
         return choice
+    lost = [c.start for c in choice.starts if not c.held]
+    choice.pooled = pool_starts(
+        arm.name, [first] + [c.gains for c in choice.starts], alpha, min_gain_pct, max_loss_pct,
+        rule if isinstance(choice, StagedChoice) else None,
+    )  # fmt: skip
+    where = "start " + ", ".join(str(n) for n in lost)
+    if choice.pooled.kept:
+        choice.reason += (
+            f"; not at {where} of {count} server starts, and pooled over them it still "
+            f"{choice.pooled.why}"
+        )
+        return choice
+    first_loss = next(c for c in choice.starts if not c.held)
     choice.reason = (
-        f"{arm.name} won at start 1 and not at start {last.start} ({last.reason}): "
+        f"{arm.name} won at start 1 and not at {where} ({first_loss.reason}); pooled over "
+        f"{count} server starts it {choice.pooled.why}: "
         f"not decided across starts, so plain decoding serves"
     )
     choice.winner, choice.config = OFF, {}
-    not_decided = f"won at start 1, not at start {last.start}: not decided"
+    not_decided = f"won at start 1, not at {where}: not decided"
     if isinstance(choice, StagedChoice):
         choice.verdicts[arm.name] = not_decided
         choice.verdicts[OFF] = "chosen"
@@ -903,6 +973,65 @@ def confirm_across_starts(
             elif outcome.name == OFF:
                 outcome.status = "winner"
     return choice
+
+
+def pool_starts(
+    arm: str,
+    gains: Sequence[Mapping[str, float | None]],
+    alpha: float = 0.05,
+    min_gain_pct: float = 0.0,
+    max_loss_pct: float = 5.0,
+    rule: str | None = DEFAULT_RULE,
+) -> PooledStarts:
+    """The winner's change against off over server starts, each start one sample.
+
+    ``gains``: per start, the arm's estimated change per stage (%; "" when the
+    workload is unstaged; None where the start did not measure it; stages of
+    the first start that the later ones lack are left out). Per stage,
+    the mean of the starts' changes on the log scale and its interval from
+    Student's t with n - 1 degrees of freedom: the spread between starts is
+    what widens it, however tight each start's own trials were. The rule is
+    applied to the pooled bounds as to one start's: ``None`` (unstaged) or
+    ``stage:<name>`` needs the lower bound above ``min_gain_pct`` (at that
+    stage); ``never_slower`` needs it at one stage at least and every stage's
+    lower bound at ``-max_loss_pct`` or above, each stage at ``alpha / k``.
+    Fewer than two measured starts, or a stage a start did not measure, keep
+    the arm undecided.
+    """
+    from scipy.stats import t as student_t
+
+    # A stage of the first start only (a composed arm's threshold) is not pooled.
+    names = [n for n in gains[0] if all(n in g for g in gains[1:])] if gains else []
+    level = alpha / len(names) if rule == NEVER_SLOWER and names else alpha
+
+    def outcome(kept: bool, why: str) -> PooledStarts:
+        return PooledStarts(arm, len(gains), level, pooled, kept, why)
+
+    pooled: list[PooledStage] = []
+    for name in names:
+        values = [g.get(name) for g in gains]
+        if len(values) < 2 or any(v is None or v <= -100 for v in values):
+            return outcome(False, f"was not measured at {name or 'the load'} in every start")
+        logs = [math.log1p(float(v or 0) / 100) for v in values]
+        mean = statistics.fmean(logs)
+        t = float(student_t.ppf(1 - level, len(logs) - 1))
+        half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+        low, mid, high = (math.expm1(x) * 100 for x in (mean - half, mean, mean + half))
+        pooled.append(PooledStage(name, [float(v or 0) for v in values], mid, low, high))
+    if not pooled:
+        return outcome(False, "was not measured")
+    decisive = rule[len("stage:") :] if rule and rule.startswith("stage:") else None
+    judged = [p for p in pooled if p.stage == decisive] if decisive else pooled
+    faster = [p for p in judged if p.lo_pct > min_gain_pct]
+    slower = [p for p in pooled if p.lo_pct < -max_loss_pct] if rule == NEVER_SLOWER else []
+    if not faster:
+        where = f" at {decisive}" if decisive else " at any stage" if len(pooled) > 1 else ""
+        return outcome(False, f"was not proven more than {min_gain_pct:g}% faster{where}")
+    if slower:
+        where = ", ".join(p.stage for p in slower)
+        return outcome(False, f"was not shown within {max_loss_pct:g}% of off at {where}")
+    where = ", ".join(p.stage for p in faster if p.stage)
+    return outcome(True, "was proven faster" + (f" at {where}" if where else ""))
 
 
 def _gains_of(choice: Choice | StagedChoice, arm: str) -> dict[str, float | None]:
@@ -1082,6 +1211,7 @@ def render_staged_table(choice: StagedChoice) -> str:
         *_composed_lines(choice),
         *(f"by load: {hint.advice()}" for hint in drafting_by_load(choice)),
         *(check.line() for check in choice.starts),
+        *([choice.pooled.line()] if choice.pooled else []),
         f"chosen: {choice.winner or 'none'}: {choice.reason}",
     ]
     return "\n".join(lines)
