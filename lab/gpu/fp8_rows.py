@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             out["rows"].append(row)
             cells = [row[m] for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms")]
-            print(f"{name:25} {load:5} " + "  ".join(f"{c:7.1f}" if c else "      -" for c in cells))
+            text = "  ".join(f"{c:7.1f}" if c else "      -" for c in cells)
+            print(f"{name:25} {load:5} {text}")
     for rel in ("26", "24"):
         for tag in TAGS:
             names = {arm: f"v{rel}-fp8-{arm}-{tag}" for arm in ARMS}
