@@ -43,7 +43,17 @@ def test_filter_names():
         "vllm_base_url",
         "systemd_env_line",
         "api_key_elsewhere",
+        "vllm_draft_quantization_error",
     }
+
+
+def test_draft_quantization_filter():
+    fn = F["vllm_draft_quantization_error"]
+    arm = {"model": "/srv/models/draft", "num_speculative_tokens": "3", "quantization": "fp8"}
+    assert "is not quantized" in fn(arm, {"model_type": "qwen3"})
+    assert fn(arm, {"quantization_config": {"quant_method": "fp8"}}) == ""
+    with pytest.raises(AnsibleFilterError, match="config.json as a mapping"):
+        fn(arm, "{}")
 
 
 def test_speculative_arms_filter():

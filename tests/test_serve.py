@@ -13,6 +13,7 @@ import pytest
 from benchgate.serve import (
     build_serve_argv,
     detect_cli_generation,
+    draft_quantization_error,
     normalize_speculative,
     systemd_quote_argv,
     validate_speculative,
@@ -578,3 +579,16 @@ def test_quote_against_real_systemd(tmp_path):
     assert lines, dump[-2000:]
     parsed = [w.replace("$$", "$") for w in _split_dump(lines[0])]
     assert parsed == argv
+
+
+def test_a_draft_that_vllm_would_have_to_quantize_as_it_loads_it() -> None:
+    spec = {"model": "/srv/models/qwen3-4b", "num_speculative_tokens": 3, "quantization": "fp8"}
+    message = draft_quantization_error(spec, {"model_type": "qwen3"})
+    assert message.startswith('the draft model "/srv/models/qwen3-4b" is not quantized')
+    assert '"quantization": "fp8"' in message and "quantized with fp8" in message
+    # A checkpoint quantized already, or no quantization asked for: nothing to say.
+    fp8 = {"model_type": "qwen3", "quantization_config": {"quant_method": "fp8"}}
+    assert draft_quantization_error(spec, fp8) == ""
+    plain = {k: v for k, v in spec.items() if k != "quantization"}
+    assert draft_quantization_error(plain, {"model_type": "qwen3"}) == ""
+    assert draft_quantization_error({}, {"model_type": "qwen3"}) == ""

@@ -9,6 +9,7 @@ with a local connection (``test_fleet_inputs``' stand-ins for ``/opt/vllm``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,52 @@ def test_a_bad_arm_on_the_last_host_stops_the_run_before_the_first_host_changes(
     assert "PLAY [A/B speculative decoding on the serving release]" not in out, out
     assert "Measure every arm" not in out, out
     assert {name: _tree(tmp_path / name) for name in hosts} == before
+
+
+@needs_ansible
+def test_an_arm_that_asks_vllm_to_quantize_a_plain_draft_is_refused_before_any_change(
+    tmp_path: Path,
+) -> None:
+    # vLLM 0.24.0 and 0.26.0 on an H100 stopped at engine start with such an arm
+    # ("hf_overrides must be a dict for get_quant_config"; lab/calibration/h100-vllm-8).
+    def host(name: str, quantized: bool) -> dict[str, Any]:
+        draft = tmp_path / name / "models" / "draft"
+        draft.mkdir(parents=True)
+        config = {"model_type": "qwen3"}
+        if quantized:
+            config["quantization_config"] = {"quant_method": "fp8"}  # type: ignore[assignment]
+        (draft / "config.json").write_text(json.dumps(config) + "\n")
+        arm = {"model": str(draft), "num_speculative_tokens": 3, "quantization": "fp8"}
+        return _host(tmp_path, name, benchgate_speculative_candidates=[arm])
+
+    hosts = {"gpu1": host("gpu1", True), "gpu2": host("gpu2", False)}
+    before = {name: _tree(tmp_path / name) for name in hosts}
+    done = _play(tmp_path, PLAYBOOK, _inventory(hosts))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    flat = " ".join(out.split())
+    assert 'Arm "draft-k3" on gpu2: the draft model "' in flat, out
+    assert "is not quantized (its config.json has no quantization_config)" in flat, out
+    assert "Use a draft checkpoint quantized with fp8" in flat, out
+    assert 'Arm "draft-k3" on gpu1' not in flat, out  # its checkpoint is quantized
+    assert "PLAY [A/B speculative decoding on the serving release]" not in out, out
+    assert {name: _tree(tmp_path / name) for name in hosts} == before
+
+
+@needs_ansible
+def test_a_served_speculative_config_that_asks_vllm_to_quantize_a_plain_draft_is_refused(
+    tmp_path: Path,
+) -> None:
+    draft = tmp_path / "gpu1" / "models" / "draft"
+    draft.mkdir(parents=True)
+    (draft / "config.json").write_text('{"model_type": "qwen3"}\n')
+    spec = {"model": str(draft), "num_speculative_tokens": 3, "quantization": "fp8"}
+    hosts = {"gpu1": _host(tmp_path, "gpu1", vllm_service_speculative=spec)}
+    before = _tree(tmp_path / "gpu1")
+    done = _play(tmp_path, PLAYBOOK, _inventory(hosts))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    flat = " ".join(out.split())
+    assert f'On gpu1, the draft model "{draft}" is not quantized' in flat, out
+    assert "PLAY [A/B speculative decoding on the serving release]" not in out, out
+    assert _tree(tmp_path / "gpu1") == before

