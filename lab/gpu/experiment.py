@@ -340,11 +340,18 @@ def _state(name: str) -> dict:
 
 
 def _alive(pid: int) -> bool:
+    """Running, not a zombie: a server that spread.py launched and that died stays
+    a zombie until reaped, and kill(pid, 0) still succeeds (2026-12-07: the FP8
+    draft's server was waited for 420 s after its engine had stopped)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _get(url: str, timeout: float = 5.0) -> str | None:
