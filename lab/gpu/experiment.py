@@ -62,6 +62,7 @@ def _server(
     extra: list[str] | None = None,
     schedule: list[list[int]] | None = None,
     quant: str | None = None,
+    draft_quant: bool = True,
 ) -> dict:
     spec = None
     extra = [*(extra or []), *(["--quantization", quant] if quant else [])]
@@ -75,7 +76,7 @@ def _server(
         }
         if schedule:
             spec["num_speculative_tokens_per_batch_size"] = schedule
-        if quant:  # the draft quantised as the target (the field report's 4B FP8)
+        if quant and draft_quant:  # the draft quantised online as the target
             spec["quantization"] = quant
     return {
         "release": release,
@@ -144,12 +145,26 @@ SERVERS = {
     # below (engine/arg_utils.py, get_batch_defaults, 0.24.0 and 0.26.0), so the
     # report's 4 x L4 (24 GB) ran 2048 by default and 8192 with the flag, while
     # on an H100 or H200 the flag alone would change nothing.
+    # 2026-12-07 afternoon: both releases refused the online-quantised draft
+    # ("hf_overrides must be a dict for get_quant_config", at engine start), so
+    # two more drafts (2026-12-07 evening): `d4b16`, the draft in bf16 beside
+    # the FP8 target, and `d4bq`, the draft written as an FP8 checkpoint (its
+    # config.json has Qwen3-4B-FP8's quantization_config, block 128 x 128:
+    # make_models.py's qwen3-4b-fp8), which vLLM loads as quantised without
+    # being asked, as it would the report's pre-quantised draft.
     **{
         f"v{r[2:4]}-fp8-{arm}{tag}": _server(
-            r, draft, 3 if draft else 0, port, extra=mnbt, quant="fp8"
+            r, draft, 3 if draft else 0, port, extra=mnbt, quant="fp8", draft_quant=online
         )
         for r, base in ((NEW, 8040), (OLD, 8050))
-        for i, (arm, draft) in enumerate((("off", None), ("d4b-k3", "qwen3-4b")))
+        for i, (arm, draft, online) in enumerate(
+            (
+                ("off", None, False),
+                ("d4b-k3", "qwen3-4b", True),
+                ("d4b16-k3", "qwen3-4b", False),
+                ("d4bq-k3", "qwen3-4b-fp8", False),
+            )
+        )
         for j, (tag, mnbt) in enumerate(
             (
                 ("-2048", ["--max-num-batched-tokens", "2048"]),
@@ -157,13 +172,6 @@ SERVERS = {
             )
         )
         for port in (base + 2 * i + j,)
-    },
-    # 2026-12-07 afternoon: 0.26.0 refused the FP8 draft ("hf_overrides must be a
-    # dict for get_quant_config", a VllmConfig validation error at engine start):
-    # the same arm with the draft in bf16, the target still FP8
-    "v26-fp8-d4b16-k3-8192": {
-        **_server(NEW, "qwen3-4b", 3, 8060, extra=["--max-num-batched-tokens", "8192"]),
-        "extra": ["--max-num-batched-tokens", "8192", "--quantization", "fp8"],
     },
 }
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
@@ -250,7 +258,18 @@ BATCHES = {
     # in one lease, spread.py --batches 48,49,50,60,61 --loads sc1,sc2,ac64
     "60": ["v26-d4b-k3-upto1-v2"],
     "61": ["v26-d4b-k3-pw"],
-    "62": ["v26-fp8-d4b16-k3-8192"],
+    # issue 34, point 4, the drafts that vLLM can load (2026-12-07 evening): the
+    # bf16 draft (62, 63) and the FP8-checkpoint draft (64, 65) beside the FP8
+    # target at 8192, then the same at 2048 (66-69)
+    **{
+        str(62 + n): [name]
+        for n, name in enumerate(
+            f"v{v}-fp8-{arm}-{tag}"
+            for tag in ("8192", "2048")
+            for arm in ("d4b16-k3", "d4bq-k3")
+            for v in ("26", "24")
+        )
+    },
     # issue 34, point 4: one server each, 0.26.0 then 0.24.0
     **{
         str(52 + n): [name]

@@ -4,12 +4,15 @@
     python lab/gpu/fp8_rows.py SPREAD_DIR [--json PATH]
 
 SPREAD_DIR is spread.py's folder (or spread_summary.py's) with starts of
-experiment.py's v<rel>-fp8-{off,d4b-k3}-{2048,8192} servers, each measured
-at sc1 (one stream) and ac64 (64 streams). Per server and load: median tok/s,
-TTFT and TPOT. Per release and --max-num-batched-tokens: the product's A/B
-between plain decoding and the 4B k=3 arm (ab.choose_any on the two loads as
-the staged workload's single and busy stages). Per arm and setting: the
-product's gate from 0.24.0 to 0.26.0 at each load (`benchgate judge`).
+experiment.py's v<rel>-fp8-<arm>-{2048,8192} servers, each measured at sc1
+(one stream) and ac64 (64 streams); arms: off, d4b-k3 (the 4B draft quantised
+online), d4b16-k3 (the draft in bf16), d4bq-k3 (the draft an FP8 checkpoint).
+Per server start and load: median tok/s, TTFT and TPOT. Per release and
+--max-num-batched-tokens: the product's A/B between plain decoding and every
+arm that has a start there (ab.choose_any on the two loads as the staged
+workload's single and busy stages). Per arm and setting: the product's gate
+from 0.24.0 to 0.26.0 at each load (`benchgate judge`), on each server's first
+start. Every start of a server is printed; the A/B and the gate take the first.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from benchgate.samples import samples_from_result  # noqa: E402
 
 LOADS = ("sc1", "ac64")
 TAGS = ("2048", "8192")
-ARMS = ("off", "d4b-k3")
+ARMS = ("off", "d4b-k3", "d4b16-k3", "d4bq-k3")
 
 
 def median(result: dict[str, Any] | None, metric: str) -> float | None:
@@ -47,28 +50,32 @@ def main(argv: list[str] | None = None) -> int:
     starts = read_starts(a.folder)
     first = {name: runs[0][1] for name, runs in starts.items() if runs}
     out: dict[str, Any] = {"rows": [], "ab": {}, "gate": {}}
-    print("server                    load  tok/s    TTFT ms  TPOT ms")
-    for name, loads in first.items():
-        for load in LOADS:
-            r = loads.get(load)
-            row = {
-                "server": name,
-                "load": load,
-                **{m: median(r, m) for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms")},
-            }
-            out["rows"].append(row)
-            cells = [row[m] for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms")]
-            text = "  ".join(f"{c:7.1f}" if c else "      -" for c in cells)
-            print(f"{name:25} {load:5} {text}")
+    print("server                    start load  tok/s    TTFT ms  TPOT ms")
+    for name, runs in starts.items():
+        for start, loads in runs:
+            for load in LOADS:
+                r = loads.get(load)
+                row = {
+                    "server": name,
+                    "start": start,
+                    "load": load,
+                    **{m: median(r, m) for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms")},
+                }
+                out["rows"].append(row)
+                cells = [row[m] for m in ("output_tokens_per_s", "ttft_ms", "tpot_ms")]
+                text = "  ".join(f"{c:7.1f}" if c else "      -" for c in cells)
+                print(f"{name:25} {start!s:5} {load:5} {text}")
     for rel in ("26", "24"):
         for tag in TAGS:
             names = {arm: f"v{rel}-fp8-{arm}-{tag}" for arm in ARMS}
-            if not all(n in first for n in names.values()):
+            present = [arm for arm in ARMS[1:] if names[arm] in first]
+            if names["off"] not in first or not present:
                 continue
-            arms = [ab.Arm(ab.OFF, {}), ab.Arm("d4b-k3", {"num_speculative_tokens": 3})]
+            arms = [ab.Arm(ab.OFF, {})]
+            arms += [ab.Arm(arm, {"num_speculative_tokens": 3}) for arm in present]
             results = {
-                ab.OFF: staged(first[names["off"]], LOADS),
-                "d4b-k3": staged(first[names["d4b-k3"]], LOADS),
+                ab.OFF if arm == "off" else arm: staged(first[names[arm]], LOADS)
+                for arm in ("off", *present)
             }
             choice = ab.choose_any(arms, results)
             key = f"0.{rel}.0 mnbt {tag}"

@@ -25,6 +25,22 @@ SHAPES = {
     "qwen3-4b": (2560, 36, 32, 8, 9728, True),
     "qwen3-0.6b": (1024, 28, 16, 8, 3072, True),
 }
+# Folders written as pre-quantised checkpoints: the shape they take and the
+# quantization_config of the released Qwen3-4B-FP8 (block-wise FP8, dynamic
+# activations), so that vLLM loads them as FP8 without being asked (issue 34,
+# point 4: vLLM 0.24.0-0.26.0 cannot quantize a draft online). With
+# --load-format dummy the FP8 weights and their scales are random too.
+QUANTISED = {
+    "qwen3-4b-fp8": (
+        "qwen3-4b",
+        {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "weight_block_size": [128, 128],
+        },
+    ),
+}
 VOCAB = 151936
 SPECIALS = ["<|endoftext|>", "[UNK]"]
 
@@ -76,7 +92,8 @@ def tokenizer_files(folder: Path) -> None:
 def config(name: str, folder: Path) -> None:
     from transformers import Qwen3Config
 
-    hidden, layers, heads, kv, inter, tied = SHAPES[name]
+    shape, quantization = QUANTISED.get(name, (name, None))
+    hidden, layers, heads, kv, inter, tied = SHAPES[shape]
     cfg = Qwen3Config(
         vocab_size=VOCAB,
         hidden_size=hidden,
@@ -95,12 +112,16 @@ def config(name: str, folder: Path) -> None:
         torch_dtype="bfloat16",
     )
     cfg.save_pretrained(str(folder))
+    if quantization:
+        written = json.loads((folder / "config.json").read_text())
+        written["quantization_config"] = quantization
+        (folder / "config.json").write_text(json.dumps(written, indent=2) + "\n")
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
 
 
 def main(out: str) -> int:
     root = Path(out)
-    for name in SHAPES:
+    for name in [*SHAPES, *QUANTISED]:
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         config(name, folder)
