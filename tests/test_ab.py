@@ -478,6 +478,40 @@ def test_real_h200_records_one_stream_and_64_streams() -> None:
     assert "c1: concurrency 1" in table and "c64: concurrency 64" in table
 
 
+FP8_ROWS = CALIBRATION.parents[1] / "h200-vllm-9" / "results"
+
+
+def test_the_field_reports_fp8_configuration_on_an_h200_keeps_plain_decoding() -> None:
+    """Issue 34, point 4 (lab/notes/2026-12-07-gpu-fp8-arms.md): CUDA vLLM 0.26.0
+    on one H200, the 14B-shaped target in FP8, the 4B draft at k=3 with the
+    report's acceptance, as an FP8 checkpoint and in bf16, one start each:
+    both arms about half as fast as plain decoding at both loads."""
+    import json
+
+    def load(server: str) -> dict[str, Any]:
+        parts = {
+            stage: json.loads((FP8_ROWS / f"{server}-{load}.json").read_text())
+            for stage, load in (("c1", "sc1"), ("c64", "ac64"))
+        }
+        return join_stages(parts)
+
+    results = {
+        "off": load("s01-v26-fp8-off-8192"),
+        "d4bq-k3": load("s02-v26-fp8-d4bq-k3-8192"),
+        "d4b16-k3": load("s03-v26-fp8-d4b16-k3-8192"),
+    }
+    arms = [ab.Arm("off", {})] + [
+        ab.Arm(name, {"model": "draft", "num_speculative_tokens": 3})
+        for name in ("d4bq-k3", "d4b16-k3")
+    ]
+    choice = ab.choose_staged(arms, results)
+    assert choice.winner == "off"
+    for stage in choice.stages:
+        for arm in stage.choice.arms[1:]:
+            assert arm.status == "slower" and -55 < arm.gain_pct < -40, (stage.name, arm)
+    assert "more than 5% slower at c1, c64" in choice.reason
+
+
 def test_module_chooses_by_the_rule_at_every_stage(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
