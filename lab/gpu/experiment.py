@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,6 +175,13 @@ SERVERS = {
         for port in (base + 2 * i + j,)
     },
 }
+
+
+def _one_each(first: int, names: Iterable[str]) -> dict[str, list[str]]:
+    """Batches of one server each, numbered from ``first``."""
+    return {str(first + n): [name] for n, name in enumerate(names)}
+
+
 # At most three 14B-shaped servers at once (about 35-45 GiB each of 139 GiB).
 # Batches 1-3 ran on 2026-12-04, batches 4-6 on 2026-12-05: the arms still
 # missing, each release's plain server measured again in the same session
@@ -261,25 +269,25 @@ BATCHES = {
     # issue 34, point 4, the drafts that vLLM can load (2026-12-07 evening): the
     # bf16 draft (62, 63) and the FP8-checkpoint draft (64, 65) beside the FP8
     # target at 8192, then the same at 2048 (66-69)
-    **{
-        str(62 + n): [name]
-        for n, name in enumerate(
+    **_one_each(
+        62,
+        (
             f"v{v}-fp8-{arm}-{tag}"
             for tag in ("8192", "2048")
             for arm in ("d4b16-k3", "d4bq-k3")
             for v in ("26", "24")
-        )
-    },
+        ),
+    ),
     # issue 34, point 4: one server each, 0.26.0 then 0.24.0
-    **{
-        str(52 + n): [name]
-        for n, name in enumerate(
+    **_one_each(
+        52,
+        (
             f"v{v}-fp8-{arm}{tag}"
             for v in ("26", "24")
             for arm in ("off", "d4b-k3")
             for tag in ("-2048", "-8192")
-        )
-    },
+        ),
+    ),
 }
 
 
